@@ -1,0 +1,479 @@
+"""The run configuration: one dataclass tree, strict YAML presets, command-line overrides.
+
+Every field has a docstring. ``load_config`` reads a preset (a name under ``configs/`` or a path),
+applies ``section.field=value`` overrides, and checks invariants; unknown keys and wrong types fail
+with a message that names the key and the valid alternatives. Only the standard library and PyYAML
+are used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration file or override is invalid; the message says which key and why."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Sections
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DataConfig:
+    """Which problems to train and evaluate on."""
+
+    train: str = "demo:train"
+    """Training problems: ``demo:train``, ``demo:heldout``, ``humanevalplus``, ``mbppplus``, ``humaneval``,
+    ``kodcode`` or a path to a JSONL/parquet file (our format or the reference implementation's)."""
+    eval: str = "demo:heldout"
+    """Held-out problems evaluated during training (same forms as ``train``); empty to disable."""
+    problems_per_step: int = 2
+    """B: problems drawn per training step (256 in the paper)."""
+    seed: int = 1
+    """Seed of the problem sampler (the paper's ``data.seed``)."""
+    shuffle: bool = True
+    """Draw problems in a seeded random order (without replacement within an epoch)."""
+    limit: int = 0
+    """Use only the first N problems of the training set (0 = all)."""
+
+
+@dataclass
+class SamplingConfig:
+    """How one role samples completions."""
+
+    n: int = 4
+    """Completions per prompt (the GRPO group size; 8 in the paper)."""
+    temperature: float = 1.0
+    """Sampling temperature (1.0 in the paper)."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold (1.0 = off)."""
+    top_k: int = 0
+    """Top-k sampling (0 = off)."""
+    max_new_tokens: int = 256
+    """Maximum generated tokens per completion (4,096 in the paper)."""
+    max_prompt_tokens: int = 2048
+    """Prompts longer than this are skipped with a recorded reason, never truncated."""
+    batch_size: int = 16
+    """Sequences generated together in one batch."""
+
+
+@dataclass
+class OptimConfig:
+    """Optimisation of one role's policy."""
+
+    lr: float = 1e-6
+    """AdamW learning rate (1e-6 in the paper)."""
+    weight_decay: float = 0.1
+    """AdamW weight decay."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW betas."""
+    grad_clip: float = 1.0
+    """Global gradient-norm clip."""
+    warmup_steps: int = 10
+    """Linear warm-up steps, then half-cosine decay to ``min_lr_ratio`` × lr."""
+    min_lr_ratio: float = 0.0
+    """Final learning rate as a fraction of ``lr``."""
+    micro_batch_size: int = 4
+    """Sequences per forward/backward pass; gradients are accumulated over the mini-batch."""
+    mini_batches: int = 1
+    """Optimizer steps per training step (the paper's 256/128 = 2)."""
+    ppo_epochs: int = 1
+    """Passes over the role's samples per training step."""
+
+
+@dataclass
+class CoderConfig:
+    """The Code LLM role."""
+
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    """Rollout sampling for code."""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """Optimisation for the coder."""
+
+
+@dataclass
+class TesterConfig:
+    """The Test LLM role."""
+
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    """Rollout sampling for tests (one prompt per code sample)."""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """Optimisation for the tester."""
+    update_n: int = 1
+    """Code groups per problem whose suites train the tester (largest reward spread); 0 = all."""
+    view: Literal["whitebox", "blackbox"] = "whitebox"
+    """Whitebox: the tester sees the candidate code (Code-A1). Blackbox: question only (Self-Play)."""
+    tests_per_suite: int = 8
+    """Number of asserts the tester prompt asks for."""
+
+
+@dataclass
+class RewardConfig:
+    """Reward formulas of method §6."""
+
+    alpha: float = 0.5
+    """Weight of validity vs adversarial failure in the test reward."""
+    n_norm: int = 8
+    """N: the fixed denominator of Val and Adv (8 in the reference code)."""
+    normalize_by_suite: bool = False
+    """Normalise Val/Adv by the suite's own test count instead of N (the paper figure's variant)."""
+    nonprintable_penalty: bool = True
+    """Subtract the non-printable character ratio of the response from the test reward."""
+    float_rel_tol: float = 1e-6
+    """Relative tolerance when comparing floats (type-aware equality)."""
+    float_abs_tol: float = 1e-6
+    """Absolute tolerance when comparing floats."""
+
+
+@dataclass
+class MistakeBookConfig:
+    """Experience replay of tests that once broke code (method §7)."""
+
+    enabled: bool = True
+    """Turn off for the "w/o Mistake Book" ablation."""
+    top_k: int = 8
+    """History tests retrieved per problem (by frequency)."""
+    capacity_per_problem: int = 64
+    """Entries kept per problem; evicts lowest frequency, then oldest."""
+
+
+@dataclass
+class LossConfig:
+    """GRPO advantages and the PPO-clip policy loss (method §8)."""
+
+    clip_low: float = 0.20
+    """Lower clip ratio ε_low."""
+    clip_high: float = 0.28
+    """Upper clip ratio ε_high (clip-higher)."""
+    dual_clip: float = 10.0
+    """Dual-clip constant c for negative advantages (0 disables)."""
+    aggregation: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] = "token-mean"
+    """How per-token losses are reduced."""
+    kl_coef: float = 0.001
+    """Coefficient of the k3 KL penalty against the frozen reference (0 disables)."""
+    entropy_coef: float = 0.0
+    """Entropy bonus coefficient."""
+    adv_norm_std: bool = True
+    """Divide group-centred rewards by the group std (GRPO); False = Dr.GRPO-style."""
+    adv_eps: float = 1e-6
+    """Epsilon added to the group std."""
+
+
+@dataclass
+class SandboxConfig:
+    """Execution of untrusted code and tests."""
+
+    workers: int = 0
+    """Sandbox worker processes (0 = one per CPU core)."""
+    test_cpu_s: float = 1.0
+    """CPU-time budget per test call (seconds)."""
+    load_cpu_s: float = 2.0
+    """CPU-time budget for executing a program's definitions."""
+    wall_factor: float = 3.0
+    """Wall-clock backstop = wall_factor × CPU budget + 0.5 s."""
+    memory_mb: int = 2048
+    """Address-space limit per program (MiB)."""
+    max_output_bytes: int = 65536
+    """Cap on an encoded return value crossing to the trusted side."""
+    isolation: Literal["auto", "strict", "none"] = "auto"
+    """auto: every layer the kernel offers; strict: fail if a layer is missing; none: rlimits only."""
+
+
+@dataclass
+class EngineConfig:
+    """Models and how they are held."""
+
+    kind: Literal["transformers", "scripted"] = "transformers"
+    """Engine implementation (``scripted`` is a deterministic fake for tests)."""
+    mode: Literal["separate", "adapters"] = "separate"
+    """separate: two full models (the paper); adapters: one frozen base + two LoRA adapters."""
+    coder_model: str = "smollm2-135m"
+    """Hub id, local directory, GGUF file, or ``smollm2-135m`` (the model of the ``demo`` extra)."""
+    tester_model: str = ""
+    """Model of the tester (empty = same as the coder)."""
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """Weights dtype (auto: bf16 on CUDA, fp32 on CPU)."""
+    device: str = "auto"
+    """auto, cpu, cuda or cuda:N."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass to save memory."""
+    logprob_chunk: int = 1024
+    """Tokens per chunk when computing log-probs, so full-vocabulary logits are never all held."""
+    lora_r: int = 16
+    """LoRA rank (adapters mode)."""
+    lora_alpha: int = 32
+    """LoRA alpha (adapters mode)."""
+    lora_dropout: float = 0.0
+    """LoRA dropout (adapters mode)."""
+    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    """Module names that receive LoRA adapters."""
+    cache_dir: str = ""
+    """Where dequantised GGUF models are cached (empty = the user cache directory)."""
+
+
+@dataclass
+class TrainConfig:
+    """The training run."""
+
+    method: Literal["a1", "golden", "selfplay"] = "a1"
+    """a1: Code-A1; golden: coder alone on golden tests; selfplay: one model plays both roles."""
+    steps: int = 4
+    """Training steps."""
+    seed: int = 0
+    """Global seed (torch, numpy, python)."""
+    run_dir: str = "runs/{preset}-{time}"
+    """Run directory; ``{preset}`` and ``{time}`` are filled in."""
+    save_every: int = 2
+    """Checkpoint every N steps (and always at the end)."""
+    keep_last: int = 2
+    """Checkpoints kept."""
+    eval_every: int = 0
+    """Evaluate the coder on ``data.eval`` every N steps (0 = only at the end, if eval is set)."""
+    eval_samples: int = 1
+    """Samples per held-out problem at evaluation."""
+
+
+@dataclass
+class TrackingConfig:
+    """Where metrics go."""
+
+    tensorboard: bool = True
+    """Write TensorBoard event files."""
+    wandb: bool = False
+    """Log to Weights & Biases."""
+    wandb_project: str = "codea1"
+    """W&B project name."""
+    samples_per_step: int = 8
+    """Rollouts (with rewards) saved per step per role."""
+    progress: Literal["auto", "rich", "plain"] = "auto"
+    """Live progress display; auto = rich on a terminal, plain log lines otherwise."""
+
+
+@dataclass
+class RunConfig:
+    """Everything a run needs. Presets live in ``configs/*.yaml``."""
+
+    data: DataConfig = field(default_factory=DataConfig)
+    """Problems."""
+    coder: CoderConfig = field(default_factory=CoderConfig)
+    """Code LLM role."""
+    tester: TesterConfig = field(default_factory=TesterConfig)
+    """Test LLM role."""
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    """Rewards."""
+    mistake_book: MistakeBookConfig = field(default_factory=MistakeBookConfig)
+    """Mistake Book."""
+    loss: LossConfig = field(default_factory=LossConfig)
+    """Advantages and loss."""
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    """Sandbox."""
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    """Engine and models."""
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """Training run."""
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    """Tracking."""
+    preset: str = ""
+    """Name of the preset this config was loaded from (filled in by the loader)."""
+
+    def __post_init__(self) -> None:
+        check_invariants(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict (tuples become lists), suitable for YAML/JSON."""
+        return _plain(dataclasses.asdict(self))
+
+
+def _plain(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+# --------------------------------------------------------------------------------------------------
+# Invariants
+# --------------------------------------------------------------------------------------------------
+
+
+def check_invariants(cfg: RunConfig) -> None:
+    """Raise :class:`ConfigError` with a reason when the configuration cannot work."""
+    errors: list[str] = []
+    for role in ("coder", "tester"):
+        s: SamplingConfig = getattr(cfg, role).sampling
+        o: OptimConfig = getattr(cfg, role).optim
+        if s.n < 2 and not (role == "tester" and cfg.train.method == "golden"):
+            errors.append(f"{role}.sampling.n={s.n}: GRPO needs a group size >= 2 (advantages are 0 otherwise)")
+        if s.temperature <= 0:
+            errors.append(f"{role}.sampling.temperature must be > 0 for sampling, got {s.temperature}")
+        if not 0 < s.top_p <= 1:
+            errors.append(f"{role}.sampling.top_p must be in (0, 1], got {s.top_p}")
+        if s.max_new_tokens < 1 or s.batch_size < 1:
+            errors.append(f"{role}.sampling.max_new_tokens and batch_size must be >= 1")
+        if o.lr <= 0 or o.micro_batch_size < 1 or o.mini_batches < 1 or o.ppo_epochs < 1:
+            errors.append(f"{role}.optim: lr > 0, micro_batch_size, mini_batches, ppo_epochs >= 1 required")
+        if not 0 <= o.min_lr_ratio <= 1:
+            errors.append(f"{role}.optim.min_lr_ratio must be in [0, 1], got {o.min_lr_ratio}")
+    if not 0 <= cfg.reward.alpha <= 1:
+        errors.append(f"reward.alpha must be in [0, 1], got {cfg.reward.alpha}")
+    if cfg.reward.n_norm < 1:
+        errors.append(f"reward.n_norm must be >= 1, got {cfg.reward.n_norm}")
+    if cfg.tester.update_n < 0 or cfg.tester.update_n > cfg.coder.sampling.n:
+        errors.append(
+            f"tester.update_n={cfg.tester.update_n} must be in [0, coder.sampling.n={cfg.coder.sampling.n}]"
+        )
+    if not (0 <= cfg.loss.clip_low < 1 and cfg.loss.clip_high >= 0):
+        errors.append("loss.clip_low must be in [0, 1) and loss.clip_high >= 0")
+    if cfg.loss.dual_clip and cfg.loss.dual_clip <= 1:
+        errors.append(f"loss.dual_clip must be > 1 (or 0 to disable), got {cfg.loss.dual_clip}")
+    if cfg.mistake_book.top_k < 0 or cfg.mistake_book.capacity_per_problem < 1:
+        errors.append("mistake_book.top_k must be >= 0 and capacity_per_problem >= 1")
+    if cfg.sandbox.test_cpu_s <= 0 or cfg.sandbox.load_cpu_s <= 0 or cfg.sandbox.memory_mb < 64:
+        errors.append("sandbox budgets must be positive and memory_mb >= 64")
+    if cfg.data.problems_per_step < 1 or cfg.train.steps < 1 or cfg.train.save_every < 1:
+        errors.append("data.problems_per_step, train.steps and train.save_every must be >= 1")
+    if cfg.train.keep_last < 1:
+        errors.append("train.keep_last must be >= 1")
+    if cfg.train.method == "selfplay" and cfg.tester.view != "blackbox":
+        errors.append("train.method=selfplay needs tester.view=blackbox (the baseline writes black-box tests)")
+    if errors:
+        raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(errors))
+
+
+# --------------------------------------------------------------------------------------------------
+# Strict loading
+# --------------------------------------------------------------------------------------------------
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+"""Presets shipped with a source checkout."""
+
+
+def preset_path(name_or_path: str) -> Path:
+    """Resolve a preset name (``tiny-cpu``) or a YAML path to a file."""
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") and p.exists():
+        return p
+    for base in (CONFIG_DIR, Path(__file__).resolve().parent / "presets"):
+        cand = base / f"{name_or_path}.yaml"
+        if cand.exists():
+            return cand
+    known = sorted(q.stem for q in CONFIG_DIR.glob("*.yaml")) if CONFIG_DIR.exists() else []
+    raise ConfigError(f"unknown preset {name_or_path!r}; known presets: {', '.join(known) or '(none found)'}")
+
+
+def load_config(preset: str = "tiny-cpu", overrides: list[str] | None = None) -> RunConfig:
+    """Load a preset and apply ``section.field=value`` overrides (values parsed as YAML)."""
+    path = preset_path(preset)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: top level must be a mapping")
+    for item in overrides or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r} must look like section.field=value")
+        node = raw
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r}: {part!r} is not a section")
+        try:
+            node[parts[-1]] = yaml.safe_load(value)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"override {item!r}: value is not valid YAML: {e}") from None
+    raw.setdefault("preset", path.stem)
+    return config_from_dict(raw, source=str(path))
+
+
+def config_from_dict(raw: dict[str, Any], source: str = "<dict>") -> RunConfig:
+    """Build a :class:`RunConfig` from a nested dict, strictly (unknown keys and wrong types fail)."""
+    return _build(RunConfig, raw, prefix="", source=source)
+
+
+def _build(cls: type, raw: Any, prefix: str, source: str) -> Any:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: {prefix.rstrip('.') or 'top level'} must be a mapping, got {raw!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - set(fields))
+    if unknown:
+        raise ConfigError(
+            f"{source}: unknown key {prefix}{unknown[0]!r}; valid keys in "
+            f"{prefix.rstrip('.') or 'the top level'}: {', '.join(sorted(fields))}"
+        )
+    kwargs: dict[str, Any] = {}
+    for name, value in raw.items():
+        kwargs[name] = _coerce(hints[name], value, f"{prefix}{name}", source)
+    try:
+        return cls(**kwargs)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+
+
+def _coerce(tp: Any, value: Any, key: str, source: str) -> Any:
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, key + ".", source)
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        if value not in choices:
+            raise ConfigError(f"{source}: {key}={value!r} is not one of {', '.join(map(repr, choices))}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        errors = []
+        for arg in typing.get_args(tp):
+            try:
+                return _coerce(arg, value, key, source)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(f"{source}: {key}={value!r} has the wrong type ({tp})")
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{source}: {key} must be a list, got {type(value).__name__} {value!r}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(args[0], v, key, source) for v in value)
+        if len(args) != len(value):
+            raise ConfigError(f"{source}: {key} must have {len(args)} items, got {len(value)}")
+        return tuple(_coerce(a, v, key, source) for a, v in zip(args, value, strict=True))
+    if tp is type(None):
+        if value is not None:
+            raise ConfigError(f"{source}: {key} must be null")
+        return None
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{source}: {key} must be a number, got {type(value).__name__} {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{source}: {key} must be an integer, got {type(value).__name__} {value!r}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{source}: {key} must be true or false, got {type(value).__name__} {value!r}")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{source}: {key} must be a string, got {type(value).__name__} {value!r}")
+        return value
+    return value
+
+
+def dump_config(cfg: RunConfig, path: Path) -> None:
+    """Write the resolved configuration as YAML (atomically)."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False), encoding="utf-8")
+    tmp.replace(path)

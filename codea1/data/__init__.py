@@ -1,0 +1,1 @@
+"""Problems, prompts and parsing of model output."""

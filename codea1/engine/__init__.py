@@ -1,0 +1,1 @@
+"""Engines: the Policy/Learner seam and its implementations (leaves)."""

@@ -1,0 +1,1 @@
+"""Evaluation of code generation, test generation and test-time collaboration."""

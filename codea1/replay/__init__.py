@@ -1,0 +1,1 @@
+"""The Mistake Book: durable replay of tests that once broke code."""
