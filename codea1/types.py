@@ -205,3 +205,19 @@ class ExecGrid:
             "code_status": [v.to_dict() for v in self.code_status],
             "grid": [[v.to_dict() for v in row] for row in self.verdicts],
         }
+
+
+@dataclass(frozen=True)
+class CheckJob:
+    """Run an evalplus-style harness against one candidate (evaluation, not training).
+
+    The candidate and the harness execute in separate namespaces so that neither can shadow the
+    other's names; the harness's ``check`` is called with the candidate's ``entry_point``.
+    ``cpu_s`` is the CPU-time budget of the whole check (derived from the reference's time).
+    """
+
+    id: str
+    code: str
+    entry_point: str
+    harness: str
+    cpu_s: float = 10.0

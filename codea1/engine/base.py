@@ -1,0 +1,108 @@
+"""The engine seam: what the trainer and evaluation need from a model runtime, as Protocols.
+
+A ``Policy`` samples completions; a ``Learner`` computes log-probs and applies updates with a loss
+function supplied by the caller (from ``codea1.core.losses``), so every engine trains the same
+objective. Concrete engines (``hf_local``, ``scripted``) are leaves imported only by the CLI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample: ``n`` completions per prompt."""
+
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 256
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One sampled completion with the token ids and per-token log-probs of the sampling policy.
+
+    ``prompt_ids`` and ``completion_ids`` are unpadded; ``logprobs[i]`` is the sampling
+    log-probability of ``completion_ids[i]`` (temperature applied as used for sampling).
+    ``finished`` is False when ``max_new_tokens`` cut the completion.
+    """
+
+    prompt_index: int
+    text: str
+    prompt_ids: tuple[int, ...]
+    completion_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    finished: bool = True
+
+
+@dataclass
+class TrainBatch:
+    """Sequences of one role to update on, with one scalar advantage per sequence.
+
+    ``old_logprobs`` are the log-probs of the policy that sampled (recomputed by the learner
+    before the update); ``ref_logprobs`` come from the frozen reference (None when KL is off).
+    """
+
+    prompt_ids: list[tuple[int, ...]]
+    completion_ids: list[tuple[int, ...]]
+    advantages: list[float]
+    old_logprobs: list[tuple[float, ...]] | None = None
+    ref_logprobs: list[tuple[float, ...]] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.completion_ids)
+
+
+LossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
+"""``loss_fn(logprobs, old_logprobs, ref_logprobs, advantages, mask, entropy=None) -> (loss, stats)``;
+all tensors are ``[batch, response_len]`` except ``advantages`` ``[batch]``."""
+
+
+class Policy(Protocol):
+    """Samples completions for chat-formatted prompts."""
+
+    def render(self, messages: Sequence[dict[str, str]]) -> str:
+        """Apply the model's chat template to a message list and return the prompt text."""
+        ...
+
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[Completion]:
+        """Sample ``params.n`` completions for each prompt (ordered prompt-major)."""
+        ...
+
+    def count_tokens(self, text: str) -> int:
+        """Number of tokens of ``text`` under this policy's tokenizer."""
+        ...
+
+
+class Learner(Protocol):
+    """Scores and updates one role's trainable weights."""
+
+    def logprobs(self, batch: TrainBatch, reference: bool = False) -> list[tuple[float, ...]]:
+        """Per-token log-probs of the completions (of the frozen reference when ``reference``)."""
+        ...
+
+    def train_step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
+        """One optimisation step over ``batch`` (micro-batched, gradients accumulated)."""
+        ...
+
+    def push_weights(self) -> None:
+        """Make the rollout policy sample from the current weights."""
+        ...
+
+    def save(self, path: Path) -> None:
+        """Save trainable weights and optimizer/scheduler state under ``path``."""
+        ...
+
+    def load(self, path: Path) -> None:
+        """Restore what :meth:`save` wrote."""
+        ...
