@@ -214,7 +214,15 @@ class EngineConfig:
     """LoRA alpha (adapters mode)."""
     lora_dropout: float = 0.0
     """LoRA dropout (adapters mode)."""
-    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    lora_targets: tuple[str, ...] = (
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    )
     """Module names that receive LoRA adapters."""
     cache_dir: str = ""
     """Where dequantised GGUF models are cached (empty = the user cache directory)."""
@@ -313,7 +321,9 @@ def check_invariants(cfg: RunConfig) -> None:
         s: SamplingConfig = getattr(cfg, role).sampling
         o: OptimConfig = getattr(cfg, role).optim
         if s.n < 2 and not (role == "tester" and cfg.train.method == "golden"):
-            errors.append(f"{role}.sampling.n={s.n}: GRPO needs a group size >= 2 (advantages are 0 otherwise)")
+            errors.append(
+                f"{role}.sampling.n={s.n}: GRPO needs a group size >= 2 (advantages are 0 otherwise)"
+            )
         if s.temperature <= 0:
             errors.append(f"{role}.sampling.temperature must be > 0 for sampling, got {s.temperature}")
         if not 0 < s.top_p <= 1:
@@ -345,7 +355,9 @@ def check_invariants(cfg: RunConfig) -> None:
     if cfg.train.keep_last < 1:
         errors.append("train.keep_last must be >= 1")
     if cfg.train.method == "selfplay" and cfg.tester.view != "blackbox":
-        errors.append("train.method=selfplay needs tester.view=blackbox (the baseline writes black-box tests)")
+        errors.append(
+            "train.method=selfplay needs tester.view=blackbox (the baseline writes black-box tests)"
+        )
     if errors:
         raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(errors))
 
@@ -411,7 +423,7 @@ def _build(cls: type, raw: Any, prefix: str, source: str) -> Any:
     unknown = sorted(set(raw) - set(fields))
     if unknown:
         raise ConfigError(
-            f"{source}: unknown key {prefix}{unknown[0]!r}; valid keys in "
+            f"{source}: unknown key '{prefix}{unknown[0]}'; valid keys in "
             f"{prefix.rstrip('.') or 'the top level'}: {', '.join(sorted(fields))}"
         )
     kwargs: dict[str, Any] = {}

@@ -44,11 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
-        if args.command is None and "train" in sub_names(parser):
-            args = parser.parse_args(["train", *(argv or sys.argv[1:])])
-        else:
-            parser.print_help()
-            return 2
+        parser.print_help()
+        return 2
     try:
         return int(args.func(args) or 0)
     except (ConfigError, CliError, FileNotFoundError) as e:
@@ -57,11 +54,3 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("codea1: interrupted", file=sys.stderr)
         return 130
-
-
-def sub_names(parser: argparse.ArgumentParser) -> list[str]:
-    """Names of the registered subcommands."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return list(action.choices)
-    return []

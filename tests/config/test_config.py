@@ -1,0 +1,94 @@
+"""Strict configuration loading: unknown keys, wrong types, overrides, invariants, presets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from codea1.config import CONFIG_DIR, ConfigError, RunConfig, config_from_dict, load_config
+
+
+def test_defaults_are_valid() -> None:
+    cfg = RunConfig()
+    assert cfg.reward.alpha == 0.5
+    assert cfg.loss.clip_low == 0.2 and cfg.loss.clip_high == 0.28
+
+
+def test_unknown_key_names_key_and_valid_ones() -> None:
+    with pytest.raises(ConfigError) as e:
+        config_from_dict({"reward": {"alpah": 0.3}})
+    msg = str(e.value)
+    assert "reward.alpah" in msg and "alpha" in msg and "n_norm" in msg
+
+
+def test_unknown_section() -> None:
+    with pytest.raises(ConfigError, match="unknown key 'rewards'"):
+        config_from_dict({"rewards": {}})
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ({"reward": {"alpha": "high"}}, "reward.alpha"),
+        ({"coder": {"sampling": {"n": 2.5}}}, "coder.sampling.n"),
+        ({"mistake_book": {"enabled": "yes"}}, "mistake_book.enabled"),
+        ({"engine": {"mode": "shared"}}, "engine.mode"),
+        ({"coder": {"optim": {"betas": [0.9]}}}, "coder.optim.betas"),
+        ({"data": {"train": 3}}, "data.train"),
+    ],
+)
+def test_wrong_type_names_field(raw: dict, field: str) -> None:
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        config_from_dict(raw)
+
+
+def test_int_accepted_for_float_but_bool_is_not_int() -> None:
+    assert config_from_dict({"reward": {"alpha": 1}}).reward.alpha == 1.0
+    with pytest.raises(ConfigError):
+        config_from_dict({"reward": {"n_norm": True}})
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        ({"coder": {"sampling": {"n": 1}}}, "group size >= 2"),
+        ({"reward": {"alpha": 1.5}}, "reward.alpha"),
+        ({"tester": {"update_n": 9}}, "update_n"),
+        ({"loss": {"dual_clip": 0.5}}, "dual_clip"),
+        ({"train": {"method": "selfplay"}}, "blackbox"),
+    ],
+)
+def test_invariants_fail_with_reason(raw: dict, reason: str) -> None:
+    with pytest.raises(ConfigError, match=reason):
+        config_from_dict(raw)
+
+
+def test_overrides_apply_and_are_typed(tmp_path: Path) -> None:
+    p = tmp_path / "p.yaml"
+    p.write_text("reward:\n  alpha: 0.25\n", encoding="utf-8")
+    cfg = load_config(str(p), ["reward.alpha=0.75", "mistake_book.enabled=false", "engine.lora_targets=[q_proj]"])
+    assert cfg.reward.alpha == 0.75
+    assert cfg.mistake_book.enabled is False
+    assert cfg.engine.lora_targets == ("q_proj",)
+    with pytest.raises(ConfigError, match="reward.bogus"):
+        load_config(str(p), ["reward.bogus=1"])
+    with pytest.raises(ConfigError, match="section.field=value"):
+        load_config(str(p), ["alpha"])
+
+
+def test_unknown_preset_lists_known() -> None:
+    with pytest.raises(ConfigError, match="unknown preset"):
+        load_config("no-such-preset")
+
+
+def test_round_trip_through_dict() -> None:
+    cfg = RunConfig()
+    again = config_from_dict(cfg.to_dict())
+    assert again == cfg
+
+
+@pytest.mark.parametrize("preset", sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
+def test_every_shipped_preset_loads(preset: str) -> None:
+    cfg = load_config(preset)
+    assert cfg.preset == preset
