@@ -1,0 +1,177 @@
+"""``codea1 score``: rewards for raw model text, one JSON line in, one JSON line out.
+
+Input line: ``{"id", "reference", "entry_point", "question", "codes": [text, ...],
+"suites": [[text, ...] per code]}`` (optional ``"imports"``). Output line: ``{"id",
+"code_rewards", "suite_rewards", "breakdown"}``, plus ``"error"`` when the line could not be
+scored. ``-`` means stdin / stdout. With ``--mistake-book DB`` the book's tests are replayed as
+history and this run's failures are recorded as one new step (unless ``--no-update``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from codea1.cli import CliError
+from codea1.config import RewardConfig, SandboxConfig
+from codea1.replay.mistake_book import MistakeBook
+from codea1.scoring import ScoringItem, score_batch
+from codea1.types import Problem
+
+CHUNK = 256
+"""Problems per sandbox call."""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``score`` subcommand."""
+    parser = subparsers.add_parser(
+        "score",
+        help="score code and test completions (raw model text) with the Code-A1 rewards",
+        description="Parse, execute and reward code/test completions. Each input line holds one problem, "
+        "its code completions and, per code, its test-suite completions.",
+    )
+    parser.add_argument(
+        "--input", "-i", required=True, metavar="FILE.jsonl", help="input JSONL ('-' = stdin)"
+    )
+    parser.add_argument(
+        "--output", "-o", required=True, metavar="FILE.jsonl", help="output JSONL ('-' = stdout)"
+    )
+    parser.add_argument(
+        "--alpha", type=float, default=RewardConfig.alpha, metavar="A", help="validity weight α (default 0.5)"
+    )
+    parser.add_argument(
+        "--normalize-by-suite",
+        action="store_true",
+        help="normalise Val/Adv by each suite's size instead of N = 8",
+    )
+    parser.add_argument(
+        "--mistake-book", type=Path, default=None, metavar="DB", help="replay and update this Mistake Book"
+    )
+    parser.add_argument(
+        "--no-update", action="store_true", help="with --mistake-book: replay only, record nothing"
+    )
+    parser.add_argument(
+        "--workers", type=int, default=0, metavar="N", help="sandbox workers (default: one per core)"
+    )
+    parser.set_defaults(func=run)
+
+
+def parse_line(line: str) -> ScoringItem:
+    """One input line as a :class:`ScoringItem`; ``ValueError`` with a reason when malformed."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not JSON: {e.msg}") from None
+    if not isinstance(row, dict):
+        raise ValueError("a line must be a JSON object")
+    for key in ("id", "reference", "entry_point"):
+        if not isinstance(row.get(key), str) or not row[key]:
+            raise ValueError(f"'{key}' must be a non-empty string")
+    codes, suites = row.get("codes"), row.get("suites")
+    if not isinstance(codes, list) or not all(isinstance(c, str) for c in codes):
+        raise ValueError("'codes' must be a list of strings")
+    if not isinstance(suites, list) or not all(
+        isinstance(s, list) and all(isinstance(t, str) for t in s) for s in suites
+    ):
+        raise ValueError("'suites' must be a list (one per code) of lists of strings")
+    if len(suites) != len(codes):
+        raise ValueError(f"{len(suites)} suite lists for {len(codes)} codes")
+    problem = Problem(
+        id=row["id"],
+        question=str(row.get("question", "")),
+        entry_point=row["entry_point"],
+        reference=row["reference"],
+        imports=str(row.get("imports", "")),
+    )
+    return ScoringItem(problem, tuple(codes), tuple(tuple(s) for s in suites))
+
+
+def _read(source: str) -> Iterator[str]:
+    if source == "-":
+        yield from sys.stdin
+        return
+    if not Path(source).is_file():
+        raise CliError(f"input file not found: {source}")
+    with open(source, encoding="utf-8") as f:
+        yield from f
+
+
+def _line_id(line: str) -> Any:
+    try:
+        row = json.loads(line)
+        return row.get("id") if isinstance(row, dict) else None
+    except json.JSONDecodeError:
+        return None
+
+
+def score_lines(
+    lines: list[str], sandbox: Any, reward: RewardConfig, book: MistakeBook | None
+) -> tuple[list[dict], list]:
+    """Output rows for ``lines`` (bad ones carry ``error``) and the Mistake-Book updates."""
+    rows: list[dict | None] = [None] * len(lines)
+    items, where = [], []
+    for i, line in enumerate(lines):
+        try:
+            items.append(parse_line(line))
+            where.append(i)
+        except ValueError as e:
+            rows[i] = {"id": _line_id(line), "error": f"bad input line {i + 1}: {e}"}
+    history = book.retrieve_many(it.problem.id for it in items) if book is not None else None
+    scores = score_batch(items, sandbox, reward=reward, history=history)
+    for i, s in zip(where, scores, strict=True):
+        rows[i] = s.to_dict()
+    return [r for r in rows if r is not None], [s.mistakes for s in scores]
+
+
+def _write(target: str, rows: list[dict]) -> None:
+    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    if target == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    path = Path(target)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Score every line, write the output, then record the Mistake-Book step."""
+    from codea1.sandbox.pool import Sandbox, SandboxUnavailable  # starts worker processes: import on use
+
+    if not 0.0 <= args.alpha <= 1.0:
+        raise CliError(f"--alpha must be in [0, 1], got {args.alpha}")
+    reward = RewardConfig(alpha=args.alpha, normalize_by_suite=args.normalize_by_suite)
+    lines = [line for line in _read(args.input) if line.strip()]
+    if args.workers < 0:
+        raise CliError(f"--workers must be >= 0, got {args.workers}")
+    book = MistakeBook(args.mistake_book) if args.mistake_book is not None else None
+    out: list[dict] = []
+    updates = []
+    try:
+        try:
+            sandbox = Sandbox(SandboxConfig(workers=args.workers))
+        except SandboxUnavailable as e:
+            raise CliError(str(e)) from None
+        with sandbox:
+            for start in range(0, len(lines), CHUNK):
+                rows, ups = score_lines(lines[start : start + CHUNK], sandbox, reward, book)
+                out.extend(rows)
+                updates.extend(ups)
+        _write(args.output, out)
+        if book is not None and not args.no_update:
+            step = (book.last_step or 0) + 1
+            report = book.apply_step(step, updates)
+            print(f"mistake book step {step}: +{report.added} new, {report.removed} removed", file=sys.stderr)
+    finally:
+        if book is not None:
+            book.close()
+    n_err = sum("error" in r for r in out)
+    print(f"scored {len(out) - n_err} problem(s), {n_err} with errors", file=sys.stderr)
+    return 0

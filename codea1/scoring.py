@@ -1,0 +1,412 @@
+"""From raw model text to rewards: parsing, one execution grid per problem, rewards, Mistake-Book update.
+
+Used by ``codea1 score`` and by the trainer. For each problem: extract the code of every Code-LLM
+response (the problem's imports prepended), extract the tests of every suite, build ONE
+:class:`~codea1.types.GridJob` with every distinct test (generated + replayed history) against every
+extracted code, run all problems in one ``run_grids`` call, then compute R_C per code and R_T per
+suite with :func:`codea1.core.rewards.rewards`. A problem that cannot be scored (sandbox failure,
+malformed grid, empty reference) gets zero rewards and a recorded ``error``; nothing here raises for
+one bad problem. Numbered choices are explained in docs/algorithm.md.
+
+Imports: core, data.parsing, replay, types, config.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from codea1.config import LossConfig, RewardConfig
+from codea1.core.losses import policy_loss
+from codea1.core.rewards import CodeOutcome, CodeRewards, SuiteOutcome, rewards
+from codea1.data.parsing import extract_code, extract_tests
+from codea1.replay.mistake_book import MistakeHit, MistakeUpdate
+from codea1.types import CodeExtraction, ExecGrid, GridJob, Problem, TestCase, TestExtraction
+
+COUNTED_REJECT_REASONS = frozenset({"syntax", "operator", "not_call", "no_entry_point", "duplicate"})
+"""Parser rejections that count against validity (inv_k). ``not_assert`` (a statement that is not an
+assert, e.g. a setup assignment) is reported in the breakdown but not penalised, as in the reference."""
+
+
+class GridRunner(Protocol):
+    """What scoring needs from the sandbox (``codea1.sandbox.pool.Sandbox`` satisfies it)."""
+
+    def run_grids(self, jobs: Sequence[GridJob], *, rel_tol: float, abs_tol: float) -> list[ExecGrid]:
+        """Execute every job; one :class:`ExecGrid` per job, same order."""
+        ...
+
+
+@dataclass(frozen=True)
+class ScoringItem:
+    """One problem with its code responses and, per code, the raw Test-LLM responses (n_t suites)."""
+
+    problem: Problem
+    code_texts: tuple[str, ...]
+    suite_texts: tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True)
+class ProblemScore:
+    """Rewards of one problem and everything needed to explain them."""
+
+    problem_id: str
+    code_rewards: tuple[float, ...]
+    suite_rewards: tuple[tuple[float, ...], ...]
+    breakdowns: tuple[CodeRewards, ...]
+    code_extractions: tuple[CodeExtraction, ...]
+    test_extractions: tuple[tuple[TestExtraction, ...], ...]
+    tests: tuple[TestCase, ...]
+    """Columns of the grid: generated tests first (order of appearance), then history-only tests."""
+    history_columns: tuple[int, ...]
+    """Grid column of each replayed history test (in retrieval order)."""
+    grid: ExecGrid | None
+    mistakes: MistakeUpdate
+    ignored: tuple[tuple[dict[str, int], ...], ...] = ()
+    """Per code and suite: rejected asserts that do not count against validity, by reason."""
+    error: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The output line of ``codea1 score``."""
+        codes = []
+        for c, b in enumerate(self.breakdowns):
+            d = b.to_dict()
+            d["extraction"] = "ok" if self.code_extractions[c].ok else self.code_extractions[c].reason
+            for k, s in enumerate(d["suites"]):
+                s["ignored"] = self.ignored[c][k] if self.ignored else {}
+            codes.append(d)
+        oracle = self.grid.oracle if self.grid is not None else ()
+        return {
+            "id": self.problem_id,
+            "code_rewards": list(self.code_rewards),
+            "suite_rewards": [list(r) for r in self.suite_rewards],
+            "breakdown": {
+                "codes": codes,
+                "tests": [
+                    {**t.to_dict(), "oracle": oracle[i].status if i < len(oracle) else None}
+                    for i, t in enumerate(self.tests)
+                ],
+                "history_columns": list(self.history_columns),
+                "mistakes": self.mistakes.to_dict(),
+            },
+            **({"error": self.error} if self.error else {}),
+        }
+
+
+@dataclass
+class _Prepared:
+    """One item after parsing: the job to run and how its columns map back."""
+
+    item: ScoringItem
+    codes: tuple[CodeExtraction, ...]
+    suites: tuple[tuple[TestExtraction, ...], ...]
+    run_index: dict[int, int]
+    """code index → row of the grid (codes that failed extraction are not run)."""
+    tests: list[TestCase] = field(default_factory=list)
+    column: dict[TestCase, int] = field(default_factory=dict)
+    history_columns: tuple[int, ...] = ()
+    job: GridJob | None = None
+    error: str = ""
+
+    def add_test(self, test: TestCase) -> int:
+        if test not in self.column:
+            self.column[test] = len(self.tests)
+            self.tests.append(test)
+        return self.column[test]
+
+
+def bind_policy_loss(loss: LossConfig) -> functools.partial:
+    """The engine's ``LossFn``: :func:`codea1.core.losses.policy_loss` with this config's settings."""
+    return functools.partial(
+        policy_loss,
+        clip_low=loss.clip_low,
+        clip_high=loss.clip_high,
+        dual_clip=loss.dual_clip,
+        aggregation=loss.aggregation,
+        kl_coef=loss.kl_coef,
+        entropy_coef=loss.entropy_coef,
+    )
+
+
+def _program(problem: Problem, code: str) -> str:
+    return f"{problem.imports.rstrip()}\n{code}" if problem.imports.strip() else code
+
+
+def _prepare(item: ScoringItem, history: Sequence[TestCase]) -> _Prepared:
+    p = item.problem
+    codes = tuple(extract_code(t, p.entry_point) for t in item.code_texts)
+    suites = tuple(tuple(extract_tests(t, p.entry_point) for t in row) for row in item.suite_texts)
+    run_index = {c: i for i, c in enumerate([c for c, e in enumerate(codes) if e.ok])}
+    prep = _Prepared(item, codes, suites, run_index)
+    if len(item.suite_texts) != len(item.code_texts):
+        prep.error = f"{len(item.suite_texts)} suite lists for {len(item.code_texts)} codes"
+        return prep
+    if not p.reference.strip():
+        prep.error = "empty reference solution"
+        return prep
+    for row in suites:
+        for ext in row:
+            for t in ext.tests:
+                prep.add_test(t)
+    prep.history_columns = tuple(prep.add_test(t) for t in history)
+    programs = tuple(_program(p, codes[c].code or "") for c in run_index)
+    if programs:
+        prep.job = GridJob(p.id, p.reference, p.entry_point, programs, tuple(prep.tests))
+    return prep
+
+
+def _run_all(
+    runner: GridRunner, preps: list[_Prepared], rel_tol: float, abs_tol: float
+) -> dict[int, ExecGrid]:
+    """Run every job in one call; if that call fails, run them one by one to isolate the culprit."""
+    todo = [i for i, pr in enumerate(preps) if pr.job is not None and not pr.error]
+    jobs = [preps[i].job for i in todo]
+    try:
+        grids = runner.run_grids(jobs, rel_tol=rel_tol, abs_tol=abs_tol) if jobs else []
+        if len(grids) != len(jobs):
+            raise RuntimeError(f"sandbox returned {len(grids)} grids for {len(jobs)} jobs")
+        out = dict(zip(todo, grids, strict=True))
+    except Exception:  # isolate: one bad problem must not zero the whole batch
+        out = {}
+        for i in todo:
+            try:
+                out[i] = runner.run_grids([preps[i].job], rel_tol=rel_tol, abs_tol=abs_tol)[0]
+            except Exception as e:  # noqa: BLE001 - recorded as the problem's error
+                preps[i].error = f"sandbox: {type(e).__name__}: {e}"
+    for i, grid in out.items():
+        job = preps[i].job
+        shape_ok = (
+            len(grid.oracle) == len(job.tests)
+            and len(grid.code_status) == len(job.codes)
+            and len(grid.verdicts) == len(job.codes)
+            and all(len(row) == len(job.tests) for row in grid.verdicts)
+        )
+        if not shape_ok:
+            preps[i].error = "sandbox returned a grid whose shape does not match its job"
+    return {i: g for i, g in out.items() if not preps[i].error}
+
+
+def _outcomes(
+    prep: _Prepared, grid: ExecGrid | None
+) -> tuple[list[CodeOutcome], list[tuple[dict[str, int], ...]]]:
+    """The pure reward inputs of each code (V_k, inv_k, history results) and the ignored rejections."""
+    oracle = grid.oracle if grid is not None else ()
+    usable_hist = [col for col in prep.history_columns if col < len(oracle) and oracle[col].usable]
+    outcomes, ignored = [], []
+    for c in range(len(prep.codes)):
+        row = prep.run_index.get(c)
+        valid = grid is not None and row is not None and grid.code_status[row].passed
+        verdicts = grid.verdicts[row] if valid else ()
+        suites, ign = [], []
+        for s in prep.suites[c]:
+            invalid: Counter[str] = Counter()
+            skipped: Counter[str] = Counter()
+            for r in s.rejected:
+                (invalid if r.reason in COUNTED_REJECT_REASONS else skipped)[r.reason] += 1
+            seen: set[str] = set()
+            cols, wrong = [], 0
+            for t in s.tests:
+                if t.call in seen:
+                    invalid["duplicate"] += 1
+                    continue
+                seen.add(t.call)
+                col = prep.column[t]
+                if col >= len(oracle) or not oracle[col].usable:
+                    invalid["oracle_invalid"] += 1
+                    continue
+                cols.append(col)
+                wrong += oracle[col].status == "wrong_prediction"
+            passes = tuple(bool(valid and verdicts[col].passed) for col in cols)
+            suites.append(SuiteOutcome(passes, wrong, dict(invalid), s.nonprintable_ratio))
+            ign.append(dict(skipped))
+        hist = tuple(bool(valid and verdicts[col].passed) for col in usable_hist)
+        outcomes.append(CodeOutcome(bool(valid), hist, tuple(suites)))
+        ignored.append(tuple(ign))
+    return outcomes, ignored
+
+
+def _mistake_update(prep: _Prepared, grid: ExecGrid | None, outcomes: list[CodeOutcome]) -> MistakeUpdate:
+    """Generated tests failed by valid codes (own suites), history tests passed by valid codes; with counts."""
+    pid = prep.item.problem.id
+    if grid is None:
+        return MistakeUpdate(pid)
+    failed: Counter[TestCase] = Counter()
+    passed: Counter[TestCase] = Counter()
+    for c, out in enumerate(outcomes):
+        if not out.valid:
+            continue
+        verdicts = grid.verdicts[prep.run_index[c]]
+        for s in prep.suites[c]:
+            seen: set[str] = set()
+            for t in s.tests:
+                col = prep.column[t]
+                if t.call in seen or not grid.oracle[col].usable:
+                    continue
+                seen.add(t.call)
+                if not verdicts[col].passed:
+                    failed[t] += 1
+        for col in prep.history_columns:
+            if grid.oracle[col].usable and verdicts[col].passed:
+                passed[prep.tests[col]] += 1
+    return MistakeUpdate(
+        pid,
+        failed=tuple(MistakeHit(t, n, grid.oracle[prep.column[t]].status) for t, n in failed.items()),
+        passed=tuple(MistakeHit(t, n, grid.oracle[prep.column[t]].status) for t, n in passed.items()),
+    )
+
+
+def _zero_score(prep: _Prepared, grid: ExecGrid | None = None) -> ProblemScore:
+    n_suites = [len(row) for row in prep.item.suite_texts]
+    n_codes = len(prep.codes)
+    outcomes = [
+        CodeOutcome(
+            False, (), tuple(SuiteOutcome(()) for _ in range(n_suites[c] if c < len(n_suites) else 0))
+        )
+        for c in range(n_codes)
+    ]
+    zero = rewards(outcomes, nonprintable_penalty=False)
+    return ProblemScore(
+        prep.item.problem.id,
+        tuple(0.0 for _ in range(n_codes)),
+        tuple(tuple(0.0 for _ in z.suites) for z in zero),
+        tuple(zero),
+        prep.codes,
+        prep.suites,
+        tuple(prep.tests),
+        prep.history_columns,
+        grid,
+        MistakeUpdate(prep.item.problem.id),
+        error=prep.error,
+    )
+
+
+def score_batch(
+    items: Sequence[ScoringItem],
+    sandbox: GridRunner,
+    *,
+    reward: RewardConfig,
+    history: Mapping[str, Sequence[TestCase]] | None = None,
+) -> list[ProblemScore]:
+    """Rewards for every problem of a batch (one sandbox call in the normal case), in input order."""
+    history = history or {}
+    preps = [_prepare(it, history.get(it.problem.id, ())) for it in items]
+    grids = _run_all(sandbox, preps, reward.float_rel_tol, reward.float_abs_tol)
+    scores = []
+    for i, prep in enumerate(preps):
+        if prep.error:
+            scores.append(_zero_score(prep))
+            continue
+        grid = grids.get(i)
+        outcomes, ignored = _outcomes(prep, grid)
+        result = rewards(
+            outcomes,
+            alpha=reward.alpha,
+            n_norm=reward.n_norm,
+            normalize_by_suite=reward.normalize_by_suite,
+            nonprintable_penalty=reward.nonprintable_penalty,
+        )
+        scores.append(
+            ProblemScore(
+                problem_id=prep.item.problem.id,
+                code_rewards=tuple(r.reward for r in result),
+                suite_rewards=tuple(r.suite_rewards for r in result),
+                breakdowns=tuple(result),
+                code_extractions=prep.codes,
+                test_extractions=prep.suites,
+                tests=tuple(prep.tests),
+                history_columns=prep.history_columns,
+                grid=grid,
+                mistakes=_mistake_update(prep, grid, outcomes),
+                ignored=tuple(ignored),
+            )
+        )
+    return scores
+
+
+@dataclass(frozen=True)
+class GoldenScore:
+    """Golden-Tests baseline: each code's pass rate on the problem's own golden tests."""
+
+    problem_id: str
+    code_rewards: tuple[float, ...]
+    passed: tuple[int, ...]
+    total: int
+    """Golden tests whose oracle is usable (the denominator)."""
+    rejected: int
+    """Golden asserts that could not be parsed into a test (not counted)."""
+    code_valid: tuple[bool, ...]
+    error: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-JSON form."""
+        d = {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items()}
+        d["id"] = d.pop("problem_id")
+        return d
+
+
+def score_golden(
+    items: Sequence[ScoringItem], sandbox: GridRunner, *, reward: RewardConfig | None = None
+) -> list[GoldenScore]:
+    """R = passed / total on the golden tests (parsed with ``extract_tests``), 0 for invalid code.
+
+    The candidate is compared with the reference's oracle value, which equals the golden expected
+    value whenever the golden test is correct; suites written by the Test LLM are ignored.
+    """
+    reward = reward or RewardConfig()
+    preps, rejected = [], []
+    for it in items:
+        p = it.problem
+        prep = _prepare(ScoringItem(p, it.code_texts, tuple(() for _ in it.code_texts)), ())
+        n_rej = 0
+        for snippet in p.golden_tests:
+            ext = extract_tests(snippet, p.entry_point)
+            n_rej += len(ext.rejected)
+            for t in ext.tests:
+                prep.add_test(t)
+        if prep.job is not None:
+            prep.job = GridJob(p.id, p.reference, p.entry_point, prep.job.codes, tuple(prep.tests))
+        if not prep.error and not p.golden_tests:
+            prep.error = "problem has no golden tests"
+        preps.append(prep)
+        rejected.append(n_rej)
+    grids = _run_all(sandbox, preps, reward.float_rel_tol, reward.float_abs_tol)
+    out = []
+    for i, prep in enumerate(preps):
+        n = len(prep.codes)
+        grid = grids.get(i)
+        if prep.error or grid is None:
+            err = prep.error or ("no code could be extracted" if n else "")
+            out.append(
+                GoldenScore(
+                    prep.item.problem.id,
+                    (0.0,) * n,
+                    (0,) * n,
+                    len(prep.tests),
+                    rejected[i],
+                    (False,) * n,
+                    err,
+                )
+            )
+            continue
+        usable = [col for col, o in enumerate(grid.oracle) if o.usable]
+        passed, valid = [], []
+        for c in range(n):
+            row = prep.run_index.get(c)
+            ok = row is not None and grid.code_status[row].passed
+            valid.append(ok)
+            passed.append(sum(grid.verdicts[row][col].passed for col in usable) if ok else 0)
+        total = len(usable)
+        out.append(
+            GoldenScore(
+                prep.item.problem.id,
+                tuple(p / total if total else 0.0 for p in passed),
+                tuple(passed),
+                total,
+                rejected[i],
+                tuple(valid),
+                "" if total else "no golden test has a usable oracle",
+            )
+        )
+    return out
