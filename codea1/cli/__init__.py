@@ -12,6 +12,7 @@ import sys
 
 from codea1 import __version__
 from codea1.config import ConfigError
+from codea1.data.problems import DataError
 
 SUBCOMMANDS = ("data", "sandbox", "score", "mistakes", "train", "eval", "report")
 """Verbs, in the order ``--help`` lists them; each is the module ``codea1.cli.<verb>``."""
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except (ConfigError, CliError, FileNotFoundError) as e:
+    except (ConfigError, DataError, CliError, FileNotFoundError) as e:
         print(f"codea1: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
