@@ -1,0 +1,181 @@
+"""``codea1 sandbox run | selftest | doctor``: batch execution, the exploit suite, isolation report.
+
+``run`` reads JSONL lines ``{"id", "reference", "entry_point", "codes": [...], "tests": [{"call",
+"predicted"}...]}`` and writes one line per input ``{"id", "oracle", "code_status", "grid"}``; a bad
+line yields ``{"id", "error"}`` instead. ``-`` means stdin / stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from typing import Any, TextIO
+
+from codea1.cli import CliError
+from codea1.config import SandboxConfig
+from codea1.sandbox.attacks import run_suite
+from codea1.sandbox.pool import Sandbox, SandboxUnavailable
+from codea1.types import GridJob, TestCase
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``sandbox`` verb and its three actions."""
+    p = subparsers.add_parser("sandbox", help="run code against tests in the sandbox; selftest; doctor")
+    sub = p.add_subparsers(dest="sandbox_command", metavar="ACTION", required=True)
+    run = sub.add_parser("run", help="execute JSONL grid jobs")
+    run.add_argument("--input", required=True, help="JSONL file of jobs, or - for stdin")
+    run.add_argument("--output", required=True, help="JSONL file of results, or - for stdout")
+    run.add_argument("--batch", type=int, default=256, help="jobs per sandbox call")
+    run.add_argument("--rel-tol", type=float, default=1e-6)
+    run.add_argument("--abs-tol", type=float, default=1e-6)
+    run.set_defaults(func=cmd_run)
+    st = sub.add_parser("selftest", help="run the exploit suite; exit 1 on any escape")
+    st.set_defaults(func=cmd_selftest)
+    doc = sub.add_parser("doctor", help="list the isolation layers active on this machine")
+    doc.set_defaults(func=cmd_doctor)
+    for q in (run, st, doc):
+        q.add_argument("--workers", type=int, default=0, help="worker processes (0 = one per core)")
+        q.add_argument("--test-cpu-s", type=float, default=None, help="CPU budget per test call")
+        q.add_argument(
+            "--load-cpu-s", type=float, default=None, help="CPU budget for a program's definitions"
+        )
+        q.add_argument("--isolation", choices=("auto", "strict", "none"), default="auto")
+
+
+def _config(args: argparse.Namespace, **defaults: Any) -> SandboxConfig:
+    cfg = SandboxConfig(workers=args.workers, isolation=args.isolation, **defaults)
+    if args.test_cpu_s is not None:
+        cfg.test_cpu_s = args.test_cpu_s
+    if args.load_cpu_s is not None:
+        cfg.load_cpu_s = args.load_cpu_s
+    return cfg
+
+
+def _start(cfg: SandboxConfig) -> Sandbox:
+    try:
+        return Sandbox(cfg)
+    except SandboxUnavailable as e:
+        raise CliError(str(e)) from e
+
+
+def parse_job(line: str, lineno: int) -> GridJob:
+    """One input line → :class:`GridJob`; raises ValueError with a message on malformed input."""
+    obj = json.loads(line)
+    if not isinstance(obj, dict):
+        raise ValueError("line is not a JSON object")
+    job_id = obj.get("id", f"line-{lineno}")
+    for key, kind in (("reference", str), ("entry_point", str), ("codes", list), ("tests", list)):
+        if not isinstance(obj.get(key), kind):
+            raise ValueError(f"field {key!r} missing or not a {kind.__name__}")
+    if not all(isinstance(c, str) for c in obj["codes"]):
+        raise ValueError("every code must be a string")
+    tests = []
+    for t in obj["tests"]:
+        if not (
+            isinstance(t, dict) and isinstance(t.get("call"), str) and isinstance(t.get("predicted"), str)
+        ):
+            raise ValueError("every test must be {'call': str, 'predicted': str}")
+        tests.append(TestCase(t["call"], t["predicted"]))
+    return GridJob(str(job_id), obj["reference"], obj["entry_point"], tuple(obj["codes"]), tuple(tests))
+
+
+def _lines(stream: TextIO) -> Iterator[tuple[int, str]]:
+    for lineno, line in enumerate(stream, 1):
+        if line.strip():
+            yield lineno, line
+
+
+def _open_out(path: str) -> tuple[TextIO, str | None]:
+    if path == "-":
+        return sys.stdout, None
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".sandbox-run-", dir=directory)
+    return os.fdopen(fd, "w", encoding="utf-8"), tmp
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Execute every job of the input file; results in input order."""
+    if args.input != "-" and not os.path.exists(args.input):
+        raise FileNotFoundError(f"input file not found: {args.input}")
+    src = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8", errors="surrogateescape")
+    out, tmp = _open_out(args.output)
+    try:
+        with _start(_config(args)) as sandbox:
+            pending: list[tuple[int, GridJob | dict[str, str]]] = []
+
+            def flush() -> None:
+                jobs = [j for _, j in pending if isinstance(j, GridJob)]
+                grids = iter(sandbox.run_grids(jobs, rel_tol=args.rel_tol, abs_tol=args.abs_tol))
+                for _, item in pending:
+                    row = next(grids).to_dict() if isinstance(item, GridJob) else item
+                    out.write(json.dumps(row, ensure_ascii=True) + "\n")
+                out.flush()
+                pending.clear()
+
+            for lineno, line in _lines(src):
+                try:
+                    pending.append((lineno, parse_job(line, lineno)))
+                except (ValueError, TypeError) as e:
+                    pending.append((lineno, {"id": _guess_id(line, lineno), "error": f"line {lineno}: {e}"}))
+                if len(pending) >= args.batch:
+                    flush()
+            flush()
+    finally:
+        if src is not sys.stdin:
+            src.close()
+        if tmp is not None:
+            out.close()
+    if tmp is not None:
+        os.replace(tmp, args.output)
+    return 0
+
+
+def _guess_id(line: str, lineno: int) -> str:
+    try:
+        obj = json.loads(line)
+        if isinstance(obj, dict) and "id" in obj:
+            return str(obj["id"])
+    except ValueError:
+        pass
+    return f"line-{lineno}"
+
+
+def cmd_selftest(args: argparse.Namespace) -> int:
+    """Run the exploit suite, one row per attack; exit 1 on any escape."""
+    cfg = _config(args, test_cpu_s=0.5, load_cpu_s=2.0)
+    escapes = 0
+    with _start(cfg) as sandbox:
+        print(f"{'attack':32} {'result':9} verdicts")
+
+        def show(r: Any) -> None:
+            nonlocal escapes
+            escapes += not r.contained
+            status = "contained" if r.contained else "ESCAPED"
+            print(
+                f"{r.name:32} {status:9} {r.verdicts[:90]}" + (f"  <- {r.detail}" if r.detail else ""),
+                flush=True,
+            )
+
+        results = run_suite(sandbox, on_result=show)
+    print(f"{len(results) - escapes}/{len(results)} contained")
+    return 1 if escapes else 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Start one worker and print which isolation layers it runs with."""
+    args.workers = 1
+    with _start(_config(args)) as sandbox:
+        layers = sandbox.layers()
+    for name, status in layers.items():
+        print(f"{name:16} {status}")
+    if os.geteuid() == 0:
+        print(f"{'user_ns':16} not needed (running as root)")
+    missing = [k for k, v in layers.items() if v != "active"]
+    print(
+        "all layers active" if not missing else f"{len(missing)} layer(s) unavailable: {', '.join(missing)}"
+    )
+    return 0

@@ -1,0 +1,441 @@
+"""The exploit suite behind ``codea1 sandbox selftest`` and the sandbox tests.
+
+Every attack is a candidate program (sometimes a hostile prediction) run through
+:meth:`Sandbox.run_grids` in one batch together with benign neighbour jobs. An attack is
+*contained* when its verdicts are the expected ones, every neighbour got exactly its correct
+verdicts, the host-side probes (files, listener, environment) show no effect, and no process is
+left behind in any worker.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from codea1.types import ExecGrid, GridJob, TestCase
+
+REF = "def f(x):\n    return x + 1\n"
+SECRET_ENV = "CODEA1_SELFTEST_SECRET"
+NOT_PASS = frozenset({"fail", "error", "timeout", "memory"})
+
+
+@dataclass(frozen=True)
+class Attack:
+    """One hostile program: source template, tests, allowed verdicts and host-side checks."""
+
+    name: str
+    code: str
+    verdicts: frozenset[str]
+    code_status: frozenset[str] = frozenset({"pass"})
+    reference: str = REF
+    tests: tuple[tuple[str, str], ...] = (("f(1)", "2"),)
+    oracle: frozenset[str] = frozenset({"valid"})
+    host_check: str = ""
+    """Name of a check in :class:`HostProbe` (files untouched, no connection, ...)."""
+
+
+def _a(name: str, code: str, verdicts: set[str], **kw: Any) -> Attack:
+    return Attack(
+        name,
+        code,
+        frozenset(verdicts),
+        **{k: frozenset(v) if isinstance(v, set) else v for k, v in kw.items()},
+    )
+
+
+_LOOP = "    while True:\n        pass\n"
+ATTACKS: tuple[Attack, ...] = (
+    _a("infinite_loop", "def f(x):\n" + _LOOP, {"timeout"}),
+    _a("c_level_cpu_hog", "def f(x):\n    return sum(range(10**13))\n", {"timeout"}),
+    _a(
+        "catastrophic_regex",
+        "import re\ndef f(x):\n    return bool(re.match(r'(a+)+$', 'a' * 40 + 'b'))\n",
+        {"timeout"},
+    ),
+    _a("alloc_10gb", "def f(x):\n    b = bytearray(10 * 1024**3)\n    return x + 1\n", {"memory"}),
+    _a("fork_bomb_in_test", "import os\ndef f(x):\n    while True:\n        os.fork()\n", {"error"}),
+    _a(
+        "fork_bomb_at_load",
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\ndef f(x):\n    return x + 1\n",
+        {"invalid"},
+        code_status={"timeout", "memory", "error"},
+    ),  # fmt: skip
+    _a(
+        "thread_bomb",
+        "import threading, time\ndef f(x):\n    while True:\n        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n",
+        {"error", "memory", "timeout"},
+    ),  # fmt: skip
+    _a("sys_exit_in_test", "import sys\ndef f(x):\n    sys.exit(0)\n", {"error"}),
+    _a("os_exit_in_test", "import os\ndef f(x):\n    os._exit(0)\n", {"error"}),
+    _a(
+        "sys_exit_at_load",
+        "import sys\nsys.exit(0)\ndef f(x):\n    return x + 1\n",
+        {"invalid"},
+        code_status={"error"},
+    ),
+    _a(
+        "systemexit_from_del",
+        "class D:\n    def __del__(self):\n        raise SystemExit(0)\ndef f(x):\n    return D()\n",
+        {"fail"},
+    ),
+    _a(
+        "signal_handler_override",
+        "import signal\ndef f(x):\n    for s in (signal.SIGPROF, signal.SIGXCPU, signal.SIGALRM, signal.SIGTERM):\n"
+        "        signal.signal(s, signal.SIG_IGN)\n" + _LOOP,
+        {"timeout"},
+    ),  # fmt: skip
+    _a(
+        "fake_verdict_markers",
+        "import os, sys\ndef f(x):\n    print('PASS')\n    print('{\"status\": \"pass\"}')\n"
+        "    sys.stderr.write('ALL TESTS PASSED\\n')\n    os.write(1, b'pass\\n')\n    return 0\n",
+        {"fail"},
+    ),  # fmt: skip
+    _a(
+        "eq_always_true",
+        "class A:\n    def __eq__(self, o):\n        return True\n    def __ne__(self, o):\n        return False\n"
+        "    __hash__ = object.__hash__\ndef f(x):\n    return A()\n",
+        {"fail"},
+    ),  # fmt: skip
+    _a(
+        "patch_builtins",
+        "import builtins\ndef f(x):\n    r = abs(x) + 1\n    builtins.abs = lambda v: -999\n    return r\n",
+        {"pass"},
+        tests=(("f(1)", "2"), ("f(2)", "3"), ("f(3)", "4")),
+    ),  # fmt: skip
+    _a(
+        "global_state_contamination",
+        "_seen = []\ndef f(x):\n    _seen.append(x)\n    return len(_seen) + x\n",
+        {"pass"},
+        tests=(("f(1)", "2"), ("f(1)", "2"), ("f(1)", "2")),
+    ),  # fmt: skip
+    _a(
+        "read_env_secret",
+        "import os\ndef f(x):\n    return os.environ.get('" + SECRET_ENV + "', 'absent')\n",
+        {"pass"},
+        reference="def f(x):\n    return 'absent'\n",
+        tests=(("f(1)", "'absent'"),),
+    ),  # fmt: skip
+    _a(
+        "read_outside_file",
+        "def f(x):\n    try:\n        return open({secret!r}).read()\n    except OSError:\n        return 'denied'\n",
+        {"pass"},
+        reference="def f(x):\n    return 'denied'\n",
+        tests=(("f(1)", "'denied'"),),
+    ),  # fmt: skip
+    _a(
+        "read_host_proc",
+        "def f(x):\n    try:\n        return open('/proc/{host_pid}/environ').read()[:50]\n    except OSError:\n        return 'denied'\n",
+        {"pass"},
+        reference="def f(x):\n    return 'denied'\n",
+        tests=(("f(1)", "'denied'"),),
+    ),  # fmt: skip
+    _a(
+        "write_outside_file",
+        "def f(x):\n    try:\n        open({outside!r} + '/written.txt', 'w').write('x')\n        return 'written'\n"
+        "    except OSError:\n        return 'denied'\n",
+        {"pass"},
+        reference="def f(x):\n    return 'denied'\n",
+        tests=(("f(1)", "'denied'"),),
+        host_check="no_new_files",
+    ),  # fmt: skip
+    _a(
+        "delete_outside_file",
+        "import os, shutil\ndef f(x):\n    for fn in (lambda: os.remove({sentinel!r}), lambda: shutil.rmtree({outside!r})):\n"
+        "        try:\n            fn()\n        except OSError:\n            pass\n    return x + 1\n",
+        {"pass"},
+        host_check="sentinel_intact",
+    ),  # fmt: skip
+    _a(
+        "write_scratch_then_leave",
+        "import os\nopen('left.txt', 'w').write('x' * 1000)\nos.makedirs('d/e', exist_ok=True)\n"
+        "def f(x):\n    return len(os.listdir('.')) + x - 1\n",
+        {"pass"},
+    ),  # fmt: skip
+    _a(
+        "shell_exec",
+        "import os, subprocess\ndef f(x):\n    os.system('touch ' + {outside!r} + '/shell.txt')\n    try:\n"
+        "        subprocess.run(['touch', {outside!r} + '/shell2.txt'])\n    except OSError:\n        pass\n    return x + 1\n",
+        {"pass"},
+        host_check="no_new_files",
+    ),  # fmt: skip
+    _a(
+        "socket_to_host_listener",
+        "import socket\ndef f(x):\n    try:\n        s = socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
+        "        s.sendall(b'leak')\n        return 'connected'\n    except OSError:\n        return 'blocked'\n",
+        {"pass"},
+        reference="def f(x):\n    return 'blocked'\n",
+        tests=(("f(1)", "'blocked'"),),
+        host_check="no_connection",
+    ),  # fmt: skip
+    _a(
+        "kill_parent_in_test",
+        "import os, signal\ndef f(x):\n    for pid in (os.getppid(), {host_pid}, 1, -1, 0):\n        try:\n"
+        "            os.kill(pid, signal.SIGKILL)\n        except OSError:\n            pass\n    return x + 1\n",
+        {"pass"},
+    ),  # fmt: skip
+    _a(
+        "kill_parent_at_load",
+        "import os, signal\nfor pid in (os.getppid(), {host_pid}, 1, -1):\n    try:\n"
+        "        os.kill(pid, signal.SIGKILL)\n    except OSError:\n        pass\ndef f(x):\n    return x + 1\n",
+        {"pass"},
+    ),  # fmt: skip
+    _a(
+        "daemon_left_behind",
+        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        while True:\n"
+        "            time.sleep(0.1)\n    os._exit(0)\ndef f(x):\n    return x + 1\n",
+        {"pass"},
+    ),  # fmt: skip
+    _a(
+        "close_result_pipe_in_test",
+        "import os\ndef f(x):\n    os.closerange(0, 1024)\n    return x + 1\n",
+        {"error"},
+    ),
+    _a(
+        "close_pipes_at_load",
+        "import os\nos.closerange(0, 1024)\ndef f(x):\n    return x + 1\n",
+        {"invalid"},
+        code_status={"error"},
+    ),  # fmt: skip
+    _a(
+        "huge_stdout",
+        "import os\ndef f(x):\n    print('x' * 10**8)\n    os.write(1, b'y' * 10**7)\n    return x + 1\n",
+        {"pass"},
+    ),
+    _a(
+        "deep_recursion",
+        "import sys\nsys.setrecursionlimit(10**7)\ndef f(x):\n    return f(x + 1) + 1\n",
+        {"error", "memory", "timeout"},
+    ),
+    _a("huge_int", "def f(x):\n    return 10 ** 300000\n", {"fail"}),
+    _a(
+        "deeply_nested_list",
+        "def f(x):\n    v = []\n    for _ in range(100000):\n        v = [v]\n    return v\n",
+        {"fail"},
+    ),
+    _a("nul_bytes_in_source", "def f(x):\n    return x + 1\x00\n", {"invalid"}, code_status={"error"}),
+    _a(
+        "non_utf8_source", "def f(x):\n    return x + 1  # \udcff\udc80\n", {"invalid"}, code_status={"error"}
+    ),
+    _a("source_10mb", "# " + "a" * 10_000_000 + "\ndef f(x):\n    return x + 1\n", {"pass"}),
+    _a(
+        "hostile_prediction",
+        "def f(x):\n    return x + 1\n",
+        {"pass"},
+        tests=(
+            ("f(1)", "__import__('os').system('touch ' + {outside!r} + '/pred.txt') or 2"),
+            ("f(1)", "[i for i in iter(int, 1)]"),
+        ),
+        oracle={"wrong_prediction"},
+        host_check="no_new_files",
+    ),  # fmt: skip
+)
+
+NEIGHBOURS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    (
+        "def g(a, b):\n    return a + b\n",
+        "g",
+        ("def g(a, b):\n    return a + b\n", "def g(a, b):\n    return a - b\n"),
+    ),
+    (
+        "def h(s):\n    return s[::-1]\n",
+        "h",
+        ("def h(s):\n    return ''.join(reversed(s))\n", "def h(s):\n    return s\n"),
+    ),
+)
+NEIGHBOUR_TESTS = {"g": (("g(1, 2)", "3"), ("g(2, 0)", "2")), "h": (("h('ab')", "'ba'"), ("h('aa')", "'aa'"))}
+NEIGHBOUR_EXPECTED = {"g": (("pass", "pass"), ("fail", "pass")), "h": (("pass", "pass"), ("fail", "pass"))}
+
+
+@dataclass
+class HostProbe:
+    """Host-side bait: a secret file, a sentinel file, an outside directory and a TCP listener."""
+
+    root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="codea1-attack-")))
+    connections: int = 0
+
+    def __post_init__(self) -> None:
+        self.outside = self.root / "outside"
+        self.outside.mkdir()
+        self.secret = self.root / "secret.txt"
+        self.secret.write_text("TOP-SECRET")
+        self.sentinel = self.outside / "sentinel.txt"
+        self.sentinel.write_text("keep me")
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(8)
+        self.listener.settimeout(0.2)
+        self.port = self.listener.getsockname()[1]
+        self._stop = False
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while not self._stop:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                continue
+            self.connections += 1
+            conn.close()
+
+    def fill(self, template: str) -> str:
+        """Substitute the bait locations into an attack's source."""
+        values = {"secret": str(self.secret), "outside": str(self.outside), "sentinel": str(self.sentinel),
+                  "port": self.port, "host_pid": os.getpid()}  # fmt: skip
+        out = template
+        for k, v in values.items():
+            out = out.replace("{" + k + "!r}", repr(v)).replace("{" + k + "}", str(v))
+        return out
+
+    def check(self, name: str) -> str:
+        """Empty when the named host-side check holds, else what went wrong."""
+        if name == "no_new_files":
+            extra = sorted(p.name for p in self.outside.iterdir() if p.name != "sentinel.txt")
+            return f"files appeared outside the sandbox: {extra}" if extra else ""
+        if name == "sentinel_intact":
+            return "" if self.sentinel.exists() else "a file outside the sandbox was deleted"
+        if name == "no_connection":
+            return f"{self.connections} connection(s) reached the host listener" if self.connections else ""
+        return ""
+
+    def close(self) -> None:
+        """Stop the listener and remove the bait."""
+        self._stop = True
+        self.listener.close()
+        self._thread.join(timeout=2)
+        import shutil
+
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class AttackResult:
+    """One row of the selftest table."""
+
+    name: str
+    contained: bool
+    verdicts: str
+    detail: str = ""
+
+
+def stray_processes(worker_pids: list[int]) -> list[int]:
+    """Descendants of the workers other than each worker's zygote (anything a job left behind)."""
+    parent: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                parent[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parent.items():
+        children.setdefault(ppid, []).append(pid)
+    stray: list[int] = []
+    for outer in worker_pids:
+        for zygote in children.get(outer, []):
+            stack = list(children.get(zygote, []))
+            while stack:
+                pid = stack.pop()
+                stray.append(pid)
+                stack.extend(children.get(pid, []))
+    return stray
+
+
+def wait_for_no_strays(worker_pids: list[int], timeout: float = 5.0) -> list[int]:
+    """Poll until no stray process is left (the sweep runs right after each job); returns leftovers."""
+    deadline = time.monotonic() + timeout
+    while True:
+        stray = stray_processes(worker_pids)
+        if not stray or time.monotonic() > deadline:
+            return stray
+        time.sleep(0.05)
+
+
+def _summary(grid: ExecGrid) -> str:
+    code = grid.code_status[0].status
+    cells = ",".join(v.status + (f"({v.reason})" if v.reason else "") for v in grid.verdicts[0])
+    return f"code={code} oracle={','.join(o.status for o in grid.oracle)} tests={cells}"
+
+
+def _judge(attack: Attack, grid: ExecGrid) -> str:
+    problems = []
+    if grid.code_status[0].status not in attack.code_status:
+        problems.append(f"code status {grid.code_status[0].status}")
+    if any(o.status not in attack.oracle for o in grid.oracle):
+        problems.append("oracle " + ",".join(o.status for o in grid.oracle))
+    if any(v.status not in attack.verdicts for v in grid.verdicts[0]):
+        problems.append("verdicts " + ",".join(v.status for v in grid.verdicts[0]))
+    return "; ".join(problems)
+
+
+def attack_jobs(probe: HostProbe, attacks: tuple[Attack, ...] = ATTACKS) -> list[GridJob]:
+    """The grid jobs of the suite: each attack followed by a benign neighbour."""
+    jobs: list[GridJob] = []
+    for i, attack in enumerate(attacks):
+        tests = tuple(TestCase(probe.fill(c), probe.fill(p)) for c, p in attack.tests)
+        jobs.append(
+            GridJob(f"attack/{attack.name}", attack.reference, "f", (probe.fill(attack.code),), tests)
+        )
+        ref, entry, codes = NEIGHBOURS[i % len(NEIGHBOURS)]
+        ntests = tuple(TestCase(c, p) for c, p in NEIGHBOUR_TESTS[entry])
+        jobs.append(GridJob(f"neighbour/{i}", ref, entry, codes, ntests))
+    return jobs
+
+
+def run_suite(
+    sandbox: Any,
+    attacks: tuple[Attack, ...] = ATTACKS,
+    on_result: Callable[[AttackResult], None] | None = None,
+) -> list[AttackResult]:
+    """Run every attack in one batch; one :class:`AttackResult` per attack (plus a neighbours row)."""
+    os.environ[SECRET_ENV] = "TOP-SECRET"
+    probe = HostProbe()
+    try:
+        jobs = attack_jobs(probe, attacks)
+        grids = sandbox.run_grids(jobs)
+        strays = wait_for_no_strays(sandbox.worker_pids())
+        results: list[AttackResult] = []
+        neighbour_problems = []
+        for job, grid in zip(jobs, grids, strict=True):
+            if job.id.startswith("neighbour/"):
+                entry = job.entry_point
+                got = tuple(tuple(v.status for v in row) for row in grid.verdicts)
+                if got != NEIGHBOUR_EXPECTED[entry] or any(o.status != "valid" for o in grid.oracle):
+                    neighbour_problems.append(f"{job.id}: {got}")
+                continue
+            attack = next(a for a in attacks if f"attack/{a.name}" == job.id)
+            detail = "; ".join(p for p in (_judge(attack, grid), probe.check(attack.host_check)) if p)
+            result = AttackResult(attack.name, not detail, _summary(grid), detail)
+            results.append(result)
+            if on_result:
+                on_result(result)
+        tail = [
+            AttackResult(
+                "neighbours_unaffected",
+                not neighbour_problems,
+                f"{len(jobs) // 2} benign jobs",
+                "; ".join(neighbour_problems),
+            ),
+            AttackResult(
+                "no_leftover_processes",
+                not strays,
+                f"{len(strays)} stray",
+                f"pids {strays}" if strays else "",
+            ),
+        ]
+        for r in tail:
+            results.append(r)
+            if on_result:
+                on_result(r)
+        return results
+    finally:
+        os.environ.pop(SECRET_ENV, None)
+        probe.close()

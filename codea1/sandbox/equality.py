@@ -1,0 +1,134 @@
+"""Trusted-side, type-aware equality of decoded values (decisions §3).
+
+Rules: ``bool`` never equals a number (``True != 1``); ``int`` and ``float`` compare numerically, a
+float with ``math.isclose(rel_tol, abs_tol)`` and ``nan == nan``; ``complex`` likewise; ``str`` and
+``bytes`` exactly; ``list`` and ``tuple`` are interchangeable (as evalplus, which compares after
+converting tuples) and compared element-wise; ``set``/``frozenset`` ignore order; ``dict`` compares
+key sets and values per key; an :class:`Opaque` value (not plain data) equals only another opaque
+value with the same type name and repr. Nothing here calls a method of an untrusted object: every
+value was produced by :func:`codea1.sandbox.value_codec.decode`.
+"""
+
+from __future__ import annotations
+
+import cmath
+import math
+from typing import Any
+
+from codea1.sandbox.value_codec import Opaque
+
+_SET_MATCH_LIMIT = 512
+"""Largest set compared element-by-element with tolerance when exact matching fails."""
+
+
+def contains_opaque(value: Any) -> bool:
+    """True when ``value`` is, or contains, an :class:`Opaque` value."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if type(v) is Opaque:
+            return True
+        if type(v) in (list, tuple, set, frozenset):
+            stack.extend(v)
+        elif type(v) is dict:
+            stack.extend(v.keys())
+            stack.extend(v.values())
+    return False
+
+
+def _is_number(v: Any) -> bool:
+    return type(v) is int or type(v) is float
+
+
+def _numbers_equal(a: int | float, b: int | float, rel_tol: float, abs_tol: float) -> bool:
+    if type(a) is int and type(b) is int:
+        return a == b
+    try:
+        fa, fb = float(a), float(b)
+    except OverflowError:
+        return False
+    if math.isnan(fa) or math.isnan(fb):
+        return math.isnan(fa) and math.isnan(fb)
+    return math.isclose(fa, fb, rel_tol=rel_tol, abs_tol=abs_tol)
+
+
+def _key(v: Any) -> Any:
+    """A canonical, hashable, type-tagged form used to match dict keys and set elements exactly."""
+    t = type(v)
+    if t is bool:
+        return ("bool", v)
+    if t is int or t is float:
+        if t is float and math.isnan(v):
+            return ("nan",)
+        return ("num", v)
+    if t is complex:
+        return ("complex", v)
+    if t in (tuple, list):
+        return ("seq", tuple(_key(x) for x in v))
+    if t in (set, frozenset):
+        return ("set", frozenset(_key(x) for x in v))
+    return (t.__name__, v)
+
+
+def values_equal(a: Any, b: Any, rel_tol: float = 1e-6, abs_tol: float = 1e-6, _depth: int = 0) -> bool:
+    """Type-aware equality of two decoded values (see the module docstring for the rules)."""
+    if _depth > 400:
+        return False
+    ta, tb = type(a), type(b)
+    if ta is bool or tb is bool:
+        return ta is tb and a == b
+    if _is_number(a) and _is_number(b):
+        return _numbers_equal(a, b, rel_tol, abs_tol)
+    if ta is complex or tb is complex:
+        if ta not in (int, float, complex) or tb not in (int, float, complex):
+            return False
+        ca, cb = complex(a), complex(b)
+        if cmath.isnan(ca) or cmath.isnan(cb):
+            return cmath.isnan(ca) and cmath.isnan(cb)
+        return cmath.isclose(ca, cb, rel_tol=rel_tol, abs_tol=abs_tol)
+    if ta in (list, tuple) and tb in (list, tuple):
+        return len(a) == len(b) and all(
+            values_equal(x, y, rel_tol, abs_tol, _depth + 1) for x, y in zip(a, b, strict=True)
+        )
+    if ta in (set, frozenset) and tb in (set, frozenset):
+        return _sets_equal(a, b, rel_tol, abs_tol, _depth)
+    if ta is dict and tb is dict:
+        return _dicts_equal(a, b, rel_tol, abs_tol, _depth)
+    if ta is Opaque or tb is Opaque:
+        return ta is tb and a == b
+    if a is None or b is None:
+        return a is None and b is None
+    if ta is tb and ta in (str, bytes):
+        return bool(a == b)
+    return False
+
+
+def _sets_equal(a: Any, b: Any, rel_tol: float, abs_tol: float, depth: int) -> bool:
+    if len(a) != len(b):
+        return False
+    if {_key(x) for x in a} == {_key(y) for y in b}:
+        return True
+    if len(a) > _SET_MATCH_LIMIT:
+        return False
+    remaining = list(b)
+    for x in a:
+        for i, y in enumerate(remaining):
+            if values_equal(x, y, rel_tol, abs_tol, depth + 1):
+                del remaining[i]
+                break
+        else:
+            return False
+    return True
+
+
+def _dicts_equal(a: dict[Any, Any], b: dict[Any, Any], rel_tol: float, abs_tol: float, depth: int) -> bool:
+    if len(a) != len(b):
+        return False
+    b_by_key = {_key(k): v for k, v in b.items()}
+    if len(b_by_key) != len(b):
+        return False
+    for k, v in a.items():
+        kk = _key(k)
+        if kk not in b_by_key or not values_equal(v, b_by_key[kk], rel_tol, abs_tol, depth + 1):
+            return False
+    return True

@@ -1,0 +1,197 @@
+"""GridJob → ExecGrid: planning program tasks (deduplicated by content) and judging their outcomes.
+
+Two phases. The oracle phase runs each distinct reference once with every distinct call and
+predicted expression of its tests. The candidate phase runs each distinct (code, entry point) once
+with the distinct calls whose oracle is usable. Identical (program, expression) pairs are
+evaluated once per call of :func:`Sandbox.run_grids`; verdicts are decided here, on the trusted
+side, with :func:`codea1.sandbox.equality.values_equal`. Programs with many expressions are split
+into chunks so that a slow row spreads over several workers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from codea1.config import SandboxConfig
+from codea1.sandbox.equality import contains_opaque, values_equal
+from codea1.sandbox.tasks import ExprOutcome, ProgramOutcome, ProgramTask
+from codea1.types import ExecGrid, GridJob, OracleVerdict, Verdict
+
+CHUNK = 64
+"""Most expressions evaluated by one program process."""
+OPAQUE_NOTE = "compared by type and repr (not plain data)"
+_Key = tuple[str, str]  # (program source, entry point)
+
+
+@dataclass
+class TaskPlan:
+    """Distinct programs → tasks, and where each (program, expression) landed."""
+
+    tasks: list[ProgramTask] = field(default_factory=list)
+    locate: dict[tuple[_Key, str], tuple[int, int]] = field(default_factory=dict)
+    first_task: dict[_Key, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OracleResult:
+    """Per job: one verdict per test, and the oracle value outcome of each usable test."""
+
+    verdicts: list[tuple[OracleVerdict, ...]]
+    values: list[tuple[ExprOutcome | None, ...]]
+
+
+def _plan(programs: dict[_Key, list[str]], cfg: SandboxConfig) -> TaskPlan:
+    plan = TaskPlan()
+    for key, exprs in programs.items():
+        chunks = [exprs[i : i + CHUNK] for i in range(0, len(exprs), CHUNK)] or [[]]
+        plan.first_task[key] = len(plan.tasks)
+        for chunk in chunks:
+            for j, expr in enumerate(chunk):
+                plan.locate[(key, expr)] = (len(plan.tasks), j)
+            plan.tasks.append(ProgramTask.make(key[0], key[1], tuple(chunk), cfg))
+    return plan
+
+
+def _add(programs: dict[_Key, list[str]], seen: set[tuple[_Key, str]], key: _Key, expr: str) -> None:
+    programs.setdefault(key, [])
+    if (key, expr) not in seen:
+        seen.add((key, expr))
+        programs[key].append(expr)
+
+
+def plan_oracle(jobs: Sequence[GridJob], cfg: SandboxConfig) -> TaskPlan:
+    """One task (or chunk) per distinct reference, with its distinct calls and predictions."""
+    programs: dict[_Key, list[str]] = {}
+    seen: set[tuple[_Key, str]] = set()
+    for job in jobs:
+        key = (job.reference, job.entry_point)
+        programs.setdefault(key, [])
+        for test in job.tests:
+            _add(programs, seen, key, test.call)
+            _add(programs, seen, key, test.predicted)
+    return _plan(programs, cfg)
+
+
+def _lookup(plan: TaskPlan, outcomes: Sequence[ProgramOutcome], key: _Key, expr: str) -> ExprOutcome | str:
+    """The expression's outcome, or the load failure text when its program did not load."""
+    t, j = plan.locate[(key, expr)]
+    out = outcomes[t]
+    if out.load_status != "pass":
+        return f"{out.load_status}: {out.load_reason}" if out.load_reason else out.load_status
+    return out.exprs[j]
+
+
+def _judge_oracle(call: ExprOutcome, pred: ExprOutcome | str, rel: float, abs_: float) -> OracleVerdict:
+    if call.kind != "value":
+        if call.kind == "unencodable":
+            return OracleVerdict("invalid", "unencodable value")
+        return OracleVerdict(
+            "invalid", call.reason or call.kind if call.kind in ("raise", "error") else call.kind
+        )
+    note = OPAQUE_NOTE if contains_opaque(call.value) else ""
+    if isinstance(pred, str):
+        return OracleVerdict("wrong_prediction", f"prediction did not run: {pred}")
+    if pred.kind != "value":
+        return OracleVerdict("wrong_prediction", f"prediction {pred.kind}: {pred.reason}".rstrip(": "))
+    if contains_opaque(pred.value):
+        note = OPAQUE_NOTE
+    if values_equal(call.value, pred.value, rel, abs_):
+        return OracleVerdict("valid", note)
+    return OracleVerdict("wrong_prediction", note or "prediction differs")
+
+
+def oracle_verdicts(
+    jobs: Sequence[GridJob],
+    plan: TaskPlan,
+    outcomes: Sequence[ProgramOutcome],
+    rel_tol: float,
+    abs_tol: float,
+) -> OracleResult:
+    """Judge every test against its reference's outcomes."""
+    verdicts: list[tuple[OracleVerdict, ...]] = []
+    values: list[tuple[ExprOutcome | None, ...]] = []
+    for job in jobs:
+        key = (job.reference, job.entry_point)
+        row_v: list[OracleVerdict] = []
+        row_x: list[ExprOutcome | None] = []
+        for test in job.tests:
+            call = _lookup(plan, outcomes, key, test.call)
+            if isinstance(call, str):
+                row_v.append(OracleVerdict("invalid", f"reference did not load ({call})"))
+                row_x.append(None)
+                continue
+            verdict = _judge_oracle(call, _lookup(plan, outcomes, key, test.predicted), rel_tol, abs_tol)
+            row_v.append(verdict)
+            row_x.append(call if verdict.usable else None)
+        verdicts.append(tuple(row_v))
+        values.append(tuple(row_x))
+    return OracleResult(verdicts, values)
+
+
+def plan_codes(jobs: Sequence[GridJob], oracle: OracleResult, cfg: SandboxConfig) -> TaskPlan:
+    """One task (or chunk) per distinct code, with the distinct calls whose oracle is usable."""
+    programs: dict[_Key, list[str]] = {}
+    seen: set[tuple[_Key, str]] = set()
+    for job, values in zip(jobs, oracle.values, strict=True):
+        for code in job.codes:
+            key = (code, job.entry_point)
+            programs.setdefault(key, [])
+            for test, value in zip(job.tests, values, strict=True):
+                if value is not None:
+                    _add(programs, seen, key, test.call)
+    return _plan(programs, cfg)
+
+
+def _judge_candidate(got: ExprOutcome, want: Any, rel: float, abs_: float) -> Verdict:
+    if got.kind == "value":
+        note = OPAQUE_NOTE if contains_opaque(got.value) or contains_opaque(want) else ""
+        return Verdict("pass" if values_equal(got.value, want, rel, abs_) else "fail", note)
+    if got.kind == "raise":
+        return Verdict("error", got.reason)
+    if got.kind in ("timeout", "memory"):
+        return Verdict(got.kind, got.reason)
+    if got.kind == "unencodable":
+        return Verdict("fail", "unencodable value")
+    return Verdict("error", got.reason)
+
+
+def _code_status(out: ProgramOutcome) -> Verdict:
+    if out.load_status == "pass":
+        return Verdict("pass")
+    return Verdict(out.load_status, out.load_reason)
+
+
+def assemble(
+    jobs: Sequence[GridJob],
+    oracle: OracleResult,
+    plan: TaskPlan,
+    outcomes: Sequence[ProgramOutcome],
+    rel_tol: float,
+    abs_tol: float,
+) -> list[ExecGrid]:
+    """Build one :class:`ExecGrid` per job from the oracle and candidate outcomes."""
+    grids: list[ExecGrid] = []
+    for job, o_verdicts, o_values in zip(jobs, oracle.verdicts, oracle.values, strict=True):
+        statuses: list[Verdict] = []
+        rows: list[tuple[Verdict, ...]] = []
+        for code in job.codes:
+            key = (code, job.entry_point)
+            status = _code_status(outcomes[plan.first_task[key]])
+            statuses.append(status)
+            row: list[Verdict] = []
+            for test, ov, value in zip(job.tests, o_verdicts, o_values, strict=True):
+                if not status.passed:
+                    row.append(Verdict("invalid", "code did not load"))
+                elif value is None:
+                    row.append(Verdict("invalid", f"oracle invalid: {ov.reason}".rstrip(": ")))
+                else:
+                    got = _lookup(plan, outcomes, key, test.call)
+                    if isinstance(got, str):
+                        row.append(Verdict("invalid", "code did not load"))
+                    else:
+                        row.append(_judge_candidate(got, value.value, rel_tol, abs_tol))
+            rows.append(tuple(row))
+        grids.append(ExecGrid(job.id, o_verdicts, tuple(statuses), tuple(rows)))
+    return grids

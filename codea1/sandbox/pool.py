@@ -1,0 +1,273 @@
+"""The :class:`Sandbox`: a pool of pre-started sandbox workers and the public execution API.
+
+Workers are started once (one per core by default) and talk to the parent through pipes with
+length-prefixed pickles (trusted to trusted). A dispatcher thread per worker pulls program tasks
+from a shared queue; a worker that dies or does not answer within its task's deadline is killed
+(its whole namespace and cgroup with it), restarted, and its task reported as ``error``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import queue
+import select
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from codea1.config import SandboxConfig
+from codea1.sandbox import checks, grid, isolation
+from codea1.sandbox.tasks import ProgramOutcome, ProgramTask, failed_outcome, parse_result
+from codea1.types import CheckJob, ExecGrid, GridJob, Verdict
+
+_HEADER = struct.Struct("<I")
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+_BOOT = (
+    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "from codea1.sandbox.zygote import worker_main; worker_main(sys.argv[2])"
+)
+_REQUIRED_LAYERS = ("net_ns", "pid_ns", "mount_ns", "rlimits", "seccomp", "landlock", "cgroup_pids")
+
+
+class SandboxUnavailable(RuntimeError):
+    """The sandbox could not start, or (strict mode) a required isolation layer is missing."""
+
+
+class WorkerFailure(RuntimeError):
+    """A worker died, broke the protocol, or missed its deadline."""
+
+
+def default_sandbox_config() -> SandboxConfig:
+    """The default sandbox configuration (one worker per core, every available layer)."""
+    return SandboxConfig()
+
+
+class _Worker:
+    """One worker process (outer + zygote) with its cgroups and scratch directory."""
+
+    def __init__(self, index: int, cfg: SandboxConfig, root: str, tag: str) -> None:
+        self.index, self.cfg, self.root, self.tag = index, cfg, root, tag
+        self.generation = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.cgroups: isolation.WorkerCgroups | None = None
+        self.layers: dict[str, str] = {}
+
+    def spawn(self) -> None:
+        """Start the process (the ready message is read by :meth:`wait_ready`)."""
+        self.generation += 1
+        self.cgroups = isolation.WorkerCgroups(
+            f"codea1-{self.tag}-w{self.index}-g{self.generation}",
+            memory_bytes=(self.cfg.memory_mb + 512) << 20,
+            pids_max=128,
+            enabled=self.cfg.isolation != "none",
+        )
+        scratch = os.path.join(self.root, f"w{self.index}")
+        os.makedirs(scratch, exist_ok=True)
+        isolation.wipe_directory(scratch)
+        plan = {
+            "scratch": scratch,
+            "scratch_mb": 256,
+            "isolation": self.cfg.isolation,
+            "cgroup_procs": self.cgroups.procs_files(),
+        }
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", "-c", _BOOT, _PACKAGE_ROOT, json.dumps(plan)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            env=isolation.worker_environment(), cwd=scratch, start_new_session=True, bufsize=0,
+        )  # fmt: skip
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Read the ready message; raises :class:`WorkerFailure` if it does not come."""
+        msg = self.receive(timeout)
+        if not isinstance(msg, dict) or not msg.get("ready"):
+            raise WorkerFailure(f"worker {self.index} sent no ready message")
+        assert self.cgroups is not None
+        self.layers = {**self.cgroups.status, **msg["layers"]}
+
+    def send(self, obj: Any) -> None:
+        """Send one message to the worker."""
+        import pickle
+
+        assert self.proc is not None and self.proc.stdin is not None
+        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            self.proc.stdin.write(_HEADER.pack(len(data)) + data)
+        except (BrokenPipeError, OSError) as e:
+            raise WorkerFailure(f"worker {self.index} is gone ({e})") from e
+
+    def receive(self, timeout: float) -> Any:
+        """Receive one message within ``timeout`` seconds."""
+        import pickle
+
+        assert self.proc is not None and self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        head = self._read(fd, 4, deadline)
+        return pickle.loads(self._read(fd, _HEADER.unpack(head)[0], deadline))
+
+    def _read(self, fd: int, n: int, deadline: float) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise WorkerFailure(f"worker {self.index} missed its deadline")
+            readable, _, _ = select.select([fd], [], [], remaining)
+            if readable:
+                chunk = os.read(fd, n - len(buf))
+                if not chunk:
+                    raise WorkerFailure(f"worker {self.index} exited")
+                buf += chunk
+        return bytes(buf)
+
+    def kill(self) -> None:
+        """Kill the worker, everything it started, and remove its cgroups."""
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            self.proc.wait()
+            for f in (self.proc.stdin, self.proc.stdout):
+                if f is not None:
+                    f.close()
+            self.proc = None
+        if self.cgroups is not None:
+            self.cgroups.remove()
+            self.cgroups = None
+
+    def close(self) -> None:
+        """Ask the worker to exit (stdin EOF), then make sure it is gone."""
+        if self.proc is not None and self.proc.stdin is not None:
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+
+    def run(self, task: ProgramTask) -> ProgramOutcome:
+        """Run one task; on any failure restart the worker and report the task as ``error``."""
+        try:
+            if self.proc is None:
+                self.spawn()
+                self.wait_ready()
+            self.send(task.message())
+            raw = self.receive(task.deadline_s() + 10.0)
+            return parse_result(task, raw)
+        except (WorkerFailure, EOFError, OSError, ValueError) as e:
+            self.kill()
+            return failed_outcome(task, f"sandbox worker failed: {e}")
+
+
+class Sandbox:
+    """Isolated execution of untrusted programs against tests (see docs/sandbox.md)."""
+
+    def __init__(self, config: SandboxConfig | None = None) -> None:
+        self.config = config or default_sandbox_config()
+        n = self.config.workers or os.cpu_count() or 1
+        isolation.remove_stale_cgroups()
+        self._root = tempfile.mkdtemp(prefix="codea1-sandbox-")
+        tag = f"{os.getpid()}-{id(self) & 0xFFFFFF:x}"
+        self._workers = [_Worker(i, self.config, self._root, tag) for i in range(n)]
+        self._lock = threading.Lock()
+        self._closed = False
+        atexit.register(self.close)
+        try:
+            for w in self._workers:
+                w.spawn()
+            for w in self._workers:
+                w.wait_ready()
+        except (WorkerFailure, OSError) as e:
+            self.close()
+            raise SandboxUnavailable(f"sandbox workers did not start: {e}") from e
+        self._layers = dict(sorted(self._workers[0].layers.items()))
+        if self.config.isolation == "strict":
+            missing = [k for k in _REQUIRED_LAYERS if self._layers.get(k) != isolation.ACTIVE]
+            if missing:
+                self.close()
+                raise SandboxUnavailable(f"strict isolation: layers not active: {', '.join(missing)}")
+
+    def layers(self) -> dict[str, str]:
+        """Isolation layer name → ``"active"`` or ``"unavailable: <why>"``."""
+        return dict(self._layers)
+
+    def run_grids(
+        self, jobs: Sequence[GridJob], *, rel_tol: float = 1e-6, abs_tol: float = 1e-6
+    ) -> list[ExecGrid]:
+        """Oracle + codes × tests verdicts for every job (identical computations run once)."""
+        oracle_plan = grid.plan_oracle(jobs, self.config)
+        oracle = grid.oracle_verdicts(jobs, oracle_plan, self.run_tasks(oracle_plan.tasks), rel_tol, abs_tol)
+        code_plan = grid.plan_codes(jobs, oracle, self.config)
+        outcomes = self.run_tasks(code_plan.tasks)
+        return grid.assemble(jobs, oracle, code_plan, outcomes, rel_tol, abs_tol)
+
+    def run_checks(self, jobs: Sequence[CheckJob]) -> list[Verdict]:
+        """Run evalplus-style harnesses; one verdict per job."""
+        tasks = [checks.check_task(job, self.config) for job in jobs]
+        return [checks.check_verdict(o) for o in self.run_tasks(tasks)]
+
+    def run_tasks(self, tasks: Sequence[ProgramTask]) -> list[ProgramOutcome]:
+        """Run program tasks in parallel over the workers; results in task order."""
+        if self._closed:
+            raise SandboxUnavailable("the sandbox is closed")
+        results: list[ProgramOutcome | None] = [None] * len(tasks)
+        order = sorted(range(len(tasks)), key=lambda i: -len(tasks[i].exprs))
+        todo: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for i in order:
+            todo.put(i)
+
+        def serve(worker: _Worker) -> None:
+            while True:
+                try:
+                    i = todo.get_nowait()
+                except queue.Empty:
+                    return
+                results[i] = worker.run(tasks[i])
+
+        with self._lock:
+            active = self._workers[: max(1, min(len(self._workers), len(tasks)))]
+            if len(active) == 1:
+                serve(active[0])
+            else:
+                threads = [threading.Thread(target=serve, args=(w,), daemon=True) for w in active]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+        return [r if r is not None else failed_outcome(tasks[i], "not run") for i, r in enumerate(results)]
+
+    def worker_pids(self) -> list[int]:
+        """Pids of the running worker processes (the outer process of each)."""
+        return [w.proc.pid for w in self._workers if w.proc is not None]
+
+    def close(self) -> None:
+        """Stop every worker and remove cgroups and scratch directories."""
+        if self._closed:
+            return
+        self._closed = True
+        atexit.unregister(self.close)
+        for w in self._workers:
+            w.close()
+        shutil.rmtree(self._root, ignore_errors=True)
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass

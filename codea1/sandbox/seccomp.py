@@ -1,0 +1,192 @@
+"""Hand-assembled seccomp BPF filters, installed with ``prctl`` through ctypes (x86_64 only).
+
+Two filters (research/sandbox.md §5):
+
+* **program** (F1, loaded by the program process before it runs untrusted definitions): denies
+  exec, non-AF_UNIX sockets, ptrace and cross-process memory access, mount/namespace/module/
+  keyring/bpf/perf/io_uring calls, the setuid family, and signals aimed at the trusted processes
+  (pid 1, the job runner and ``-1``).
+* **test** (F2, added by each per-test child): additionally denies fork/vfork, clone without
+  ``CLONE_THREAD`` (``clone3`` answers ENOSYS so libc falls back to ``clone``), and signals to any
+  process but itself.
+
+Imports: standard library only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import platform
+import struct
+
+AUDIT_ARCH_X86_64 = 0xC000003E
+_RET_ALLOW = 0x7FFF0000
+_RET_KILL_PROCESS = 0x80000000
+_RET_ERRNO = 0x00050000
+
+# BPF opcodes
+_LD_W_ABS = 0x20
+_JEQ_K = 0x15
+_JSET_K = 0x45
+_JGE_K = 0x35
+_RET_K = 0x06
+
+_OFF_NR, _OFF_ARCH, _OFF_ARG0 = 0, 4, 16
+
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_SECCOMP = 22
+_SECCOMP_MODE_FILTER = 2
+_CLONE_THREAD = 0x00010000
+_AF_UNIX = 1
+
+# x86_64 syscall numbers
+_DENY_ALWAYS = {
+    "execve": 59, "execveat": 322, "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
+    "mount": 165, "umount2": 166, "unshare": 272, "setns": 308, "bpf": 321, "perf_event_open": 298,
+    "setuid": 105, "setgid": 106, "setreuid": 113, "setregid": 114, "setresuid": 117, "setresgid": 119,
+    "setgroups": 116, "setfsuid": 122, "setfsgid": 123, "chroot": 161, "pivot_root": 155, "reboot": 169,
+    "kexec_load": 246, "kexec_file_load": 320, "init_module": 175, "finit_module": 313,
+    "delete_module": 176, "swapon": 167, "swapoff": 168, "sethostname": 170, "setdomainname": 171,
+    "iopl": 172, "ioperm": 173, "keyctl": 250, "add_key": 248, "request_key": 249, "userfaultfd": 323,
+    "open_by_handle_at": 304, "name_to_handle_at": 303, "acct": 163, "settimeofday": 164,
+    "clock_settime": 227, "adjtimex": 159, "quotactl": 179, "io_uring_setup": 425,
+    "io_uring_enter": 426, "io_uring_register": 427, "kcmp": 312, "pidfd_getfd": 438,
+    "pidfd_send_signal": 424, "fanotify_init": 300, "personality": 135, "tkill": 200,
+    "move_mount": 429, "open_tree": 428, "fsopen": 430, "fsmount": 432, "mknod": 133, "mknodat": 259,
+}  # fmt: skip
+_NR_SOCKET, _NR_SOCKETPAIR = 41, 53
+_NR_KILL, _NR_TGKILL = 62, 234
+_NR_CLONE, _NR_CLONE3, _NR_FORK, _NR_VFORK = 56, 435, 57, 58
+
+
+def _stmt(code: int, k: int) -> bytes:
+    return struct.pack("<HBBI", code, 0, 0, k & 0xFFFFFFFF)
+
+
+def _jump(code: int, k: int, jt: int, jf: int) -> bytes:
+    return struct.pack("<HBBI", code, jt, jf, k & 0xFFFFFFFF)
+
+
+def _errno(e: int) -> int:
+    return _RET_ERRNO | (e & 0xFFFF)
+
+
+def _deny_arg0_in(nr: int, values: list[int], err: int) -> list[bytes]:
+    """``if nr == NR and arg0 in values: return errno`` (then reload nr)."""
+    n = len(values)
+    out = [_jump(_JEQ_K, nr, 0, n + 3), _stmt(_LD_W_ABS, _OFF_ARG0)]
+    for i, v in enumerate(values):
+        out.append(_jump(_JEQ_K, v, n - i, 0))  # match -> jump to the RET errno
+    out.append(_jump(_JEQ_K, 0, 1, 1))  # unconditional skip of the RET (reload nr next)
+    out.append(_stmt(_RET_K, _errno(err)))
+    out.append(_stmt(_LD_W_ABS, _OFF_NR))
+    return out
+
+
+def _build(deny_fork: bool, protected_pids: list[int], own_pid: int | None) -> bytes:
+    """F1 when ``deny_fork`` is false; F2 (only the extra rules, stacked on F1) otherwise."""
+    insns = [
+        _stmt(_LD_W_ABS, _OFF_ARCH),
+        _jump(_JEQ_K, AUDIT_ARCH_X86_64, 1, 0),
+        _stmt(_RET_K, _RET_KILL_PROCESS),
+        _stmt(_LD_W_ABS, _OFF_NR),
+        _jump(_JGE_K, 0x40000000, 0, 1),  # x32 ABI
+        _stmt(_RET_K, _errno(errno.ENOSYS)),
+    ]
+    for nr in sorted(set(_DENY_ALWAYS.values())) if not deny_fork else []:
+        insns += [_jump(_JEQ_K, nr, 0, 1), _stmt(_RET_K, _errno(errno.EPERM))]
+    for nr in (_NR_SOCKET, _NR_SOCKETPAIR) if not deny_fork else ():  # only AF_UNIX sockets
+        insns += [
+            _jump(_JEQ_K, nr, 0, 4),
+            _stmt(_LD_W_ABS, _OFF_ARG0),
+            _jump(_JEQ_K, _AF_UNIX, 0, 1),
+            _stmt(_RET_K, _RET_ALLOW),
+            _stmt(_RET_K, _errno(errno.EACCES)),
+        ]
+    if deny_fork:
+        insns += [_jump(_JEQ_K, _NR_CLONE3, 0, 1), _stmt(_RET_K, _errno(errno.ENOSYS))]
+        for nr in (_NR_FORK, _NR_VFORK):
+            insns += [_jump(_JEQ_K, nr, 0, 1), _stmt(_RET_K, _errno(errno.EPERM))]
+        insns += [
+            _jump(_JEQ_K, _NR_CLONE, 0, 4),
+            _stmt(_LD_W_ABS, _OFF_ARG0),
+            _jump(_JSET_K, _CLONE_THREAD, 0, 1),
+            _stmt(_RET_K, _RET_ALLOW),
+            _stmt(_RET_K, _errno(errno.EPERM)),
+        ]
+    if own_pid is not None:  # signals only to itself
+        for nr in (_NR_KILL, _NR_TGKILL):
+            insns += [
+                _jump(_JEQ_K, nr, 0, 4),
+                _stmt(_LD_W_ABS, _OFF_ARG0),
+                _jump(_JEQ_K, own_pid, 1, 0),
+                _stmt(_RET_K, _errno(errno.EPERM)),
+                _stmt(_RET_K, _RET_ALLOW),
+            ]
+    else:
+        values = sorted({p & 0xFFFFFFFF for pid in protected_pids for p in (pid, -pid)} | {0xFFFFFFFF})
+        for nr in (_NR_KILL, _NR_TGKILL):
+            insns += _deny_arg0_in(nr, values, errno.EPERM)
+    insns.append(_stmt(_RET_K, _RET_ALLOW))
+    return b"".join(insns)
+
+
+def program_filter(protected_pids: list[int]) -> bytes:
+    """F1: the program process's filter; ``protected_pids`` may not be signalled."""
+    return _build(deny_fork=False, protected_pids=protected_pids, own_pid=None)
+
+
+_PID_PLACEHOLDER = 0x7FFFFFF3
+_TEST_TEMPLATE: bytes | None = None
+
+
+def test_filter(own_pid: int) -> bytes:
+    """F2: the per-test child's filter (no fork, signals only to itself), stacked on F1.
+
+    It holds only the rules F1 lacks, so it must be installed after :func:`program_filter`. Built once per process as a template; only the pid constant is patched per call.
+    """
+    global _TEST_TEMPLATE
+    if _TEST_TEMPLATE is None:
+        _TEST_TEMPLATE = _build(deny_fork=True, protected_pids=[], own_pid=_PID_PLACEHOLDER)
+    return _TEST_TEMPLATE.replace(struct.pack("<I", _PID_PLACEHOLDER), struct.pack("<I", own_pid))
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def install(program: bytes) -> None:
+    """Load a BPF program into the calling process (and set no_new_privs); raises OSError."""
+    buf = ctypes.create_string_buffer(program, len(program))
+    prog = _SockFprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+    if _libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
+
+
+def unavailable_reason() -> str:
+    """Empty when seccomp filters can be used here, else why not (probed in a forked child)."""
+    if platform.machine() != "x86_64":
+        return f"filters are written for x86_64, this is {platform.machine()}"
+    import os
+
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            install(test_filter(os.getpid()))
+            try:
+                os.fork()
+            except PermissionError:
+                code = 0
+        except BaseException:  # noqa: BLE001
+            code = 2
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    return "" if code == 0 else f"probe failed (exit {code})"
