@@ -1,0 +1,130 @@
+"""Durable evaluation artifacts: atomic JSON files, resumable per-problem JSONL, result tables.
+
+A results file holds one JSON object per problem, preceded by a header line naming the run key
+(model id, dataset hash, settings). Re-running with the same key skips the problems already in the
+file; a different key is refused rather than silently mixed. Files are rewritten through a temporary
+name and renamed, so a crash never leaves a half-written file.
+
+Imports: stdlib only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same directory and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write ``obj`` as indented JSON, atomically."""
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def read_json(path: Path) -> Any:
+    """Read a JSON file; raises ``ValueError`` naming the file when it is not valid JSON."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from None
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Read a JSONL file of objects; raises ``ValueError`` naming the line of any bad record."""
+    rows: list[dict[str, Any]] = []
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{i}: not valid JSON ({e})") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{i}: expected a JSON object, got {type(row).__name__}")
+        rows.append(row)
+    return rows
+
+
+def slug(text: str) -> str:
+    """A file-name-safe form of ``text`` (model ids and paths become readable names)."""
+    s = re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")
+    return s[-60:] or "model"
+
+
+def run_key_digest(key: Mapping[str, Any]) -> str:
+    """A short stable hash of a run key."""
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+
+
+class ResultStore:
+    """Per-problem results of one evaluation run, resumable, in ``<dir>/<task>-<model>-<digest>.jsonl``.
+
+    ``key`` identifies the run (model id, dataset hash, sampling settings); records are dicts with an
+    ``"id"`` field. The header line is ``{"run_key": key}``.
+    """
+
+    def __init__(self, results_dir: Path, task: str, key: Mapping[str, Any]):
+        self.key = dict(key)
+        model = slug(str(self.key.get("model", "model")))
+        self.path = Path(results_dir) / f"{task}-{model}-{run_key_digest(self.key)}.jsonl"
+        self.records: dict[str, dict[str, Any]] = {}
+        if self.path.exists():
+            rows = read_jsonl(self.path)
+            if not rows or rows[0].get("run_key") != json.loads(json.dumps(self.key)):
+                raise ValueError(f"{self.path}: exists but was written for a different run key")
+            self.records = {r["id"]: r for r in rows[1:]}
+
+    def done(self, problem_id: str) -> bool:
+        """True when ``problem_id`` already has a stored result."""
+        return problem_id in self.records
+
+    def add(self, records: Iterable[dict[str, Any]]) -> None:
+        """Store ``records`` (replacing any with the same id) and rewrite the file atomically."""
+        for r in records:
+            self.records[r["id"]] = r
+        lines = [json.dumps({"run_key": self.key})]
+        lines += [json.dumps(r) for r in self.records.values()]
+        write_text_atomic(self.path, "\n".join(lines) + "\n")
+
+
+def format_table(metrics: Mapping[str, Mapping[str, float]], title: str = "") -> str:
+    """A plain-text table: one row per benchmark, one column per metric (values already scaled)."""
+    columns: list[str] = []
+    for row in metrics.values():
+        columns += [c for c in row if c not in columns]
+    header = ["benchmark", *columns]
+    body = [[name, *(_fmt(row.get(c)) for c in columns)] for name, row in metrics.items()]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *body, strict=False)]
+    lines = [title] if title else []
+    lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False)))
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(str(x).ljust(w) for x, w in zip(r, widths, strict=False)) for r in body]
+    return "\n".join(lines)
+
+
+def _fmt(v: float | int | None) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, int):
+        return str(v)
+    return f"{v:.2f}"
