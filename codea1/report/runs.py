@@ -1,0 +1,272 @@
+"""Read a training run directory for the report: metrics series, resolved config, evaluation files.
+
+A run directory holds ``metrics.jsonl`` (one JSON object per step), ``config.yaml`` and optionally
+``eval/*.json``. Everything here is tolerant of damage that a crash or a half-written run leaves
+behind: unreadable lines, files and values are skipped and described in ``RunData.warnings``; only
+a run directory that does not exist (or holds neither metrics nor a config) is an error. Nothing
+is written. Imports: standard library, numpy, yaml, ``codea1.tracking`` (file names).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from codea1.tracking import METRICS_FILE
+
+CONFIG_FILE = "config.yaml"
+EVAL_DIR = "eval"
+
+
+class ReportError(Exception):
+    """A run directory cannot be reported on (missing, or not a run directory)."""
+
+
+@dataclass(frozen=True)
+class Series:
+    """One metric over training: ``steps[i]`` is the step of ``values[i]`` (NaN = logged as null)."""
+
+    steps: np.ndarray
+    values: np.ndarray
+
+    def last_finite(self) -> float | None:
+        """The last finite value, or None when there is none."""
+        finite = np.flatnonzero(np.isfinite(self.values))
+        return float(self.values[finite[-1]]) if finite.size else None
+
+
+@dataclass(frozen=True)
+class EvalTable:
+    """The newest evaluation file of a run: benchmark → metric name → value."""
+
+    source: str
+    """File name inside ``eval/``."""
+    step: int | None
+    """Training step the file belongs to (from its ``step`` field or its name), if known."""
+    rows: dict[str, dict[str, Any]]
+    n_files: int
+    """How many evaluation files the run has."""
+
+
+@dataclass
+class RunData:
+    """Everything the report shows about one run."""
+
+    name: str
+    path: Path
+    series: dict[str, Series] = field(default_factory=dict)
+    n_rows: int = 0
+    """Complete metric lines read."""
+    config_text: str | None = None
+    config: dict[str, Any] | None = None
+    """``config.yaml`` parsed, or None when absent or not valid YAML."""
+    eval_table: EvalTable | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def last_step(self) -> int | None:
+        """The highest step that has metrics."""
+        ends = [int(s.steps[-1]) for s in self.series.values() if s.steps.size]
+        return max(ends) if ends else None
+
+
+def load_runs(paths: list[Path]) -> list[RunData]:
+    """Load every run; names are directory names, made unique with parent folders when they clash."""
+    if not paths:
+        raise ReportError("no run directory given")
+    names = unique_names([Path(p) for p in paths])
+    return [load_run(Path(p), name) for p, name in zip(paths, names, strict=True)]
+
+
+def unique_names(paths: list[Path]) -> list[str]:
+    """Short display names: the directory name, plus as many parents as needed to tell runs apart."""
+    resolved = [p.resolve() for p in paths]
+    depth = 1
+    while True:
+        names = ["/".join(p.parts[-depth:]) for p in resolved]
+        if len(set(names)) == len(names) or depth >= max(len(p.parts) for p in resolved):
+            return names
+        depth += 1
+
+
+def load_run(path: Path, name: str | None = None) -> RunData:
+    """Read one run directory (see the module docstring for what is tolerated)."""
+    if not path.exists():
+        raise ReportError(f"run directory {path} does not exist")
+    if not path.is_dir():
+        raise ReportError(f"{path} is not a directory (expected a training run directory)")
+    has_metrics = (path / METRICS_FILE).is_file()
+    if not has_metrics and not (path / CONFIG_FILE).is_file():
+        raise ReportError(f"{path} is not a training run directory (no {METRICS_FILE} and no {CONFIG_FILE})")
+    run = RunData(name=name or path.name, path=path)
+    if has_metrics:
+        rows = read_metric_rows(path / METRICS_FILE, run.warnings)
+        run.n_rows = len(rows)
+        run.series = rows_to_series(rows, run.warnings)
+        if not rows:
+            run.warnings.append(f"{METRICS_FILE} has no complete step yet")
+    else:
+        run.warnings.append(f"no {METRICS_FILE}: nothing to plot for this run")
+    _read_config(run)
+    _read_evals(run)
+    return run
+
+
+def read_metric_rows(path: Path, warnings: list[str]) -> list[dict[str, Any]]:
+    """Parse ``metrics.jsonl``; lines that are not a JSON object with an integer ``step`` are skipped.
+
+    A broken *last* line is the normal trace of a crash mid-write and is reported as torn; a broken
+    line elsewhere is reported as corrupt. Both are skipped, never fatal.
+    """
+    raw = path.read_bytes().decode("utf-8", errors="replace")
+    lines = raw.split("\n")
+    last_index = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    rows: list[dict[str, Any]] = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            if i == last_index:
+                warnings.append(f"{path.name} line {i + 1} is incomplete (torn by a crash?); skipped")
+            else:
+                warnings.append(f"{path.name} line {i + 1} is not valid JSON; skipped")
+            continue
+        step = row.get("step") if isinstance(row, dict) else None
+        if isinstance(step, bool) or not isinstance(step, (int, float)) or not float(step).is_integer():
+            warnings.append(f"{path.name} line {i + 1} has no integer 'step'; skipped")
+            continue
+        rows.append(row)
+    return rows
+
+
+def rows_to_series(rows: list[dict[str, Any]], warnings: list[str]) -> dict[str, Series]:
+    """One :class:`Series` per numeric key, ordered by step.
+
+    Nested objects are flattened with ``/``. When a step appears twice (a resumed run whose old
+    lines were not truncated) the later line wins. Null becomes NaN (a gap in the plot); strings
+    and other non-numbers are ignored.
+    """
+    by_step: dict[int, dict[str, float]] = {}
+    repeated = 0
+    for row in rows:
+        step = int(row["step"])
+        values = {k: v for k, v in _flatten(row).items() if k != "step"}
+        numeric = {k: _as_float(v) for k, v in values.items()}
+        if step in by_step:
+            repeated += 1
+        by_step.setdefault(step, {}).update({k: v for k, v in numeric.items() if v is not None})
+    if repeated:
+        warnings.append(f"{repeated} step(s) logged more than once; the later line wins")
+    keys = sorted({k for values in by_step.values() for k in values})
+    steps = sorted(by_step)
+    series: dict[str, Series] = {}
+    for key in keys:
+        xs = [s for s in steps if key in by_step[s]]
+        series[key] = Series(
+            np.array(xs, dtype=np.int64), np.array([by_step[s][key] for s in xs], dtype=float)
+        )
+    return series
+
+
+def _flatten(obj: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in obj.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(_flatten(value, name + "/"))
+        else:
+            out[name] = value
+    return out
+
+
+def _as_float(value: Any) -> float | None:
+    """A plottable number (None → NaN), or None for values that are not numbers."""
+    if value is None:
+        return math.nan
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(value)
+    return None
+
+
+def _read_config(run: RunData) -> None:
+    path = run.path / CONFIG_FILE
+    if not path.is_file():
+        run.warnings.append(f"no {CONFIG_FILE}")
+        return
+    run.config_text = path.read_text(encoding="utf-8", errors="replace")
+    try:
+        parsed = yaml.safe_load(run.config_text)
+    except yaml.YAMLError as e:
+        run.warnings.append(f"{CONFIG_FILE} is not valid YAML ({str(e).splitlines()[0]}); shown as text")
+        return
+    if isinstance(parsed, dict):
+        run.config = parsed
+    else:
+        run.warnings.append(f"{CONFIG_FILE} is not a mapping; shown as text")
+
+
+_STEP_IN_NAME = re.compile(r"(\d+)")
+
+
+def _read_evals(run: RunData) -> None:
+    """Pick the newest readable ``eval/*.json`` and add per-step eval series (``eval/<bench>/<metric>``)."""
+    directory = run.path / EVAL_DIR
+    files = sorted(directory.glob("*.json")) if directory.is_dir() else []
+    loaded: list[tuple[float, float, str, int | None, dict[str, dict[str, Any]]]] = []
+    for path in files:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError, OSError) as e:
+            run.warnings.append(f"{EVAL_DIR}/{path.name} is unreadable ({type(e).__name__}); skipped")
+            continue
+        if not isinstance(data, dict):
+            run.warnings.append(f"{EVAL_DIR}/{path.name} is not a JSON object; skipped")
+            continue
+        step = _eval_step(path, data)
+        rows = {bench: _flatten(metrics) for bench, metrics in data.items() if isinstance(metrics, dict)}
+        if not rows:
+            run.warnings.append(f"{EVAL_DIR}/{path.name} has no benchmark results; skipped")
+            continue
+        # newest = highest step; a file without a step (e.g. final.json) counts as after all steps
+        order = math.inf if step is None else float(step)
+        loaded.append((order, path.stat().st_mtime, path.name, step, rows))
+    if not loaded:
+        return
+    loaded.sort(key=lambda item: item[:3])
+    _, _, source, step, rows = loaded[-1]
+    run.eval_table = EvalTable(source=source, step=step, rows=rows, n_files=len(loaded))
+    _add_eval_series(run, [(s, r) for _, _, _, s, r in loaded if s is not None])
+
+
+def _eval_step(path: Path, data: dict[str, Any]) -> int | None:
+    step = data.get("step")
+    if isinstance(step, int) and not isinstance(step, bool):
+        return step
+    numbers = _STEP_IN_NAME.findall(path.stem)
+    return int(numbers[-1]) if numbers else None
+
+
+def _add_eval_series(run: RunData, evals: list[tuple[int, dict[str, dict[str, Any]]]]) -> None:
+    """Eval results by step become ``eval/<bench>/<metric>`` series unless metrics.jsonl has them."""
+    points: dict[str, dict[int, float]] = {}
+    for step, rows in evals:
+        for bench, metrics in rows.items():
+            for metric, value in metrics.items():
+                number = _as_float(value)
+                if number is not None:
+                    points.setdefault(f"eval/{bench}/{metric}", {})[step] = number
+    for key, by_step in points.items():
+        if key not in run.series:
+            xs = sorted(by_step)
+            run.series[key] = Series(np.array(xs, dtype=np.int64), np.array([by_step[s] for s in xs]))
