@@ -67,7 +67,9 @@ def test_invariants_fail_with_reason(raw: dict, reason: str) -> None:
 def test_overrides_apply_and_are_typed(tmp_path: Path) -> None:
     p = tmp_path / "p.yaml"
     p.write_text("reward:\n  alpha: 0.25\n", encoding="utf-8")
-    cfg = load_config(str(p), ["reward.alpha=0.75", "mistake_book.enabled=false", "engine.lora_targets=[q_proj]"])
+    cfg = load_config(
+        str(p), ["reward.alpha=0.75", "mistake_book.enabled=false", "engine.lora_targets=[q_proj]"]
+    )
     assert cfg.reward.alpha == 0.75
     assert cfg.mistake_book.enabled is False
     assert cfg.engine.lora_targets == ("q_proj",)
