@@ -166,6 +166,9 @@ class LossConfig:
     """Divide group-centred rewards by the group std (GRPO); False = Dr.GRPO-style."""
     adv_eps: float = 1e-6
     """Epsilon added to the group std."""
+    old_logprobs: Literal["recompute", "sampling"] = "recompute"
+    """Old log-probs of the PPO ratio: recomputed by the learner before the update (the paper) or the
+    sampling policy's own (saves one forward pass; equal up to numerics at temperature 1)."""
 
 
 @dataclass

@@ -25,6 +25,8 @@ class SamplingParams:
     top_k: int = 0
     max_new_tokens: int = 256
     seed: int | None = None
+    batch_size: int = 0
+    """Sequences generated together in one batch (0 = the engine's default)."""
 
 
 @dataclass(frozen=True)

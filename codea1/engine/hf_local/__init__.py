@@ -1,0 +1,13 @@
+"""The transformers + torch (+ peft) engine: CPU and CUDA, one process.
+
+``build_roles`` loads the model(s) and returns each role's :class:`HFPolicy` (sampling) and
+:class:`HFLearner` (log-probs and updates). Only the CLI imports this package.
+
+Imports: torch, transformers, peft, safetensors, config, engine.base, engine.loading.
+"""
+
+from codea1.engine.hf_local.learner import HFLearner, lr_factor
+from codea1.engine.hf_local.policy import HFPolicy
+from codea1.engine.hf_local.roles import Roles, build_roles
+
+__all__ = ["HFLearner", "HFPolicy", "Roles", "build_roles", "lr_factor"]

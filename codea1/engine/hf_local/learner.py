@@ -1,0 +1,202 @@
+"""The update side of the engine: log-probs, micro-batched train steps, AdamW, schedule, save/load.
+
+``train_step`` is one optimizer step over the given batch. The batch is cut into micro-batches of
+``micro_batch_size`` sequences; each micro-batch's loss comes from ``loss_fn`` (reduced over that
+micro-batch) and is scaled by the micro-batch's share of the batch before ``backward`` — its share
+of response tokens for ``token-mean`` aggregation, its share of sequences otherwise — so the
+accumulated gradient equals that of the whole batch at once. The learning rate warms up linearly
+for ``warmup_steps`` optimizer steps, then follows a half cosine down to ``min_lr_ratio × lr`` at
+``total_steps``.
+
+Imports: torch, safetensors, config, engine.base.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from codea1.config import OptimConfig
+from codea1.engine.base import LossFn, TrainBatch
+from codea1.engine.hf_local.logprobs import padded_values, response_logprobs
+
+WEIGHTS_FILE = "weights.safetensors"
+STATE_FILE = "optimizer.pt"
+
+
+def lr_factor(step: int, warmup_steps: int, total_steps: int, min_lr_ratio: float) -> float:
+    """Multiplier of the base lr at optimizer step ``step`` (0-based): linear warm-up, half cosine."""
+    if warmup_steps > 0 and step < warmup_steps:
+        return (step + 1) / warmup_steps
+    span = max(1, total_steps - warmup_steps)
+    progress = min(1.0, max(0.0, (step - warmup_steps) / span))
+    return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+class HFLearner:
+    """A :class:`~codea1.engine.base.Learner` over one role's weights (see ``weights.py``).
+
+    ``temperature`` must equal the sampling temperature of the role so that recomputed log-probs
+    match the policy's. ``last_stats`` mirrors the dict returned by :meth:`train_step`.
+    """
+
+    def __init__(
+        self,
+        weights: Any,
+        optim: OptimConfig,
+        total_steps: int,
+        *,
+        temperature: float,
+        pad_id: int,
+        logprob_chunk: int = 1024,
+        aggregation: str = "token-mean",
+        entropy: bool = False,
+    ) -> None:
+        self.weights = weights
+        self.optim_cfg = optim
+        self.temperature = temperature
+        self.pad_id = pad_id
+        self.logprob_chunk = logprob_chunk
+        self.weighting: Literal["tokens", "sequences"] = (
+            "tokens" if aggregation == "token-mean" else "sequences"
+        )
+        self.entropy = entropy
+        self.params = weights.trainable()
+        if not self.params:
+            raise ValueError("the role has no trainable parameters")
+        self.optimizer = torch.optim.AdamW(
+            list(self.params.values()), lr=optim.lr, betas=tuple(optim.betas), weight_decay=optim.weight_decay
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: lr_factor(s, optim.warmup_steps, total_steps, optim.min_lr_ratio)
+        )
+        self.last_stats: dict[str, float] = {}
+
+    def logprobs(self, batch: TrainBatch, reference: bool = False) -> list[tuple[float, ...]]:
+        """Per-token log-probs of each completion (reference model when ``reference``), no grad."""
+        out: list[tuple[float, ...]] = []
+        size = self.optim_cfg.micro_batch_size
+        with torch.no_grad():
+            for lo in range(0, len(batch), size):
+                prompts, comps = batch.prompt_ids[lo : lo + size], batch.completion_ids[lo : lo + size]
+                if reference:
+                    with self.weights.reference_model() as model:
+                        lp, _, _ = self._score(model, prompts, comps, with_grad=False)
+                else:
+                    lp, _, _ = self._score(self.weights.train_model(), prompts, comps, with_grad=False)
+                out.extend(tuple(lp[i, : len(c)].tolist()) for i, c in enumerate(comps))
+        return out
+
+    def _score(self, model: Any, prompts: Any, comps: Any, with_grad: bool) -> Any:
+        return response_logprobs(
+            model,
+            prompts,
+            comps,
+            pad_id=self.pad_id,
+            temperature=self.temperature,
+            chunk=self.logprob_chunk,
+            with_grad=with_grad,
+        )
+
+    def train_step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
+        """One optimizer step over ``batch``; returns loss, grad_norm, lr, tokens, seconds and loss_fn stats.
+
+        Missing ``old_logprobs`` are computed first from the current weights (on-policy ratio 1).
+        A non-finite gradient norm skips the optimizer step (``skipped`` = 1).
+        """
+        start = time.perf_counter()
+        total_tokens = sum(len(c) for c in batch.completion_ids)
+        if len(batch) == 0 or total_tokens == 0:
+            raise ValueError("train_step needs at least one completion token")
+        old = batch.old_logprobs if batch.old_logprobs is not None else self.logprobs(batch)
+        model = self.weights.train_model()
+        device = next(model.parameters()).device
+        lr = self.scheduler.get_last_lr()[0]
+        self.optimizer.zero_grad(set_to_none=True)
+        model.train()
+        loss_sum, sums = 0.0, {}
+        try:
+            size = self.optim_cfg.micro_batch_size
+            for lo in range(0, len(batch), size):
+                sl = slice(lo, lo + size)
+                comps = batch.completion_ids[sl]
+                lp, ent, mask = self._score(model, batch.prompt_ids[sl], comps, with_grad=True)
+                width = lp.shape[1]
+                ref = batch.ref_logprobs
+                loss, stats = loss_fn(
+                    lp,
+                    padded_values(old[sl], width, device),
+                    None if ref is None else padded_values(ref[sl], width, device),
+                    torch.tensor(batch.advantages[sl], dtype=torch.float32, device=device),
+                    mask,
+                    ent if self.entropy else None,
+                )
+                share = (
+                    sum(len(c) for c in comps) / total_tokens
+                    if self.weighting == "tokens"
+                    else len(comps) / len(batch)
+                )
+                (loss * share).backward()
+                loss_sum += float(loss.detach()) * share
+                for k, v in stats.items():
+                    sums[k] = sums.get(k, 0.0) + float(v) * share
+        finally:
+            model.eval()
+        clip = self.optim_cfg.grad_clip if self.optim_cfg.grad_clip > 0 else float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(list(self.params.values()), clip))
+        skipped = not math.isfinite(grad_norm)
+        if skipped:
+            self.optimizer.zero_grad(set_to_none=True)
+        else:
+            self.optimizer.step()
+        self.scheduler.step()
+        result = {**sums, "loss": loss_sum, "grad_norm": grad_norm, "lr": lr}
+        result.update(tokens=float(total_tokens), seconds=time.perf_counter() - start, skipped=float(skipped))
+        self.last_stats = result
+        return result
+
+    def push_weights(self) -> None:
+        """Make the rollout policy sample from the current weights."""
+        self.weights.push()
+
+    def save(self, path: Path) -> None:
+        """Write trainable weights (safetensors) and optimizer + scheduler state under ``path``."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        tensors = {n: p.detach().to("cpu").contiguous() for n, p in self.params.items()}
+        _atomic(path / WEIGHTS_FILE, lambda tmp: save_file(tensors, str(tmp)))
+        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        _atomic(path / STATE_FILE, lambda tmp: torch.save(state, tmp))
+
+    def load(self, path: Path) -> None:
+        """Restore what :meth:`save` wrote; names and shapes must match this learner's parameters."""
+        path = Path(path)
+        tensors = load_file(str(path / WEIGHTS_FILE))
+        missing = sorted(set(self.params) - set(tensors))
+        if missing:
+            raise ValueError(
+                f"{path / WEIGHTS_FILE} lacks {len(missing)} trainable tensors, e.g. {missing[0]}"
+            )
+        with torch.no_grad():
+            for name, p in self.params.items():
+                p.copy_(tensors[name].to(p.device, p.dtype))
+        state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.weights.push()
+
+
+def _atomic(target: Path, write: Any) -> None:
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        write(tmp)
+        tmp.replace(target)
+    finally:
+        if tmp.exists():
+            tmp.unlink()

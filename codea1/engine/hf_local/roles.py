@@ -1,0 +1,141 @@
+"""Build the coder's and tester's policy and learner from the engine configuration.
+
+``separate`` mode (the paper): each role owns a full model, its own AdamW, and a frozen reference
+copy taken at start-up (only when ``keep_reference``, i.e. when the KL coefficient is non-zero).
+``adapters`` mode: one frozen base with two LoRA adapters, ``coder`` and ``tester``; the reference
+is the base with adapters disabled, and rollouts sample from a plain copy of the base holding the
+merged weights of the role being sampled (``rollout="unmerged"`` samples through the adapter
+layers instead, saving that copy's memory at a throughput cost). ``shared=True`` (the Self-Play
+baseline) makes one model, policy and learner play both roles.
+
+Imports: torch, peft, config, engine.base, engine.loading.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from codea1.config import EngineConfig, OptimConfig
+from codea1.engine.hf_local.learner import HFLearner
+from codea1.engine.hf_local.policy import HFPolicy
+from codea1.engine.hf_local.weights import AdapterWeights, FullWeights, MergedRolloutCopy
+from codea1.engine.loading import load_model_and_tokenizer
+
+
+@dataclass
+class Roles:
+    """The two roles' engines. With ``shared`` the coder and tester attributes are the same objects."""
+
+    coder_policy: HFPolicy
+    coder_learner: HFLearner
+    tester_policy: HFPolicy
+    tester_learner: HFLearner
+    tokenizer: Any
+    """The coder's tokenizer (the tester's is ``tester_policy.tokenizer``)."""
+
+
+def build_roles(
+    engine_cfg: EngineConfig,
+    coder_optim: OptimConfig,
+    tester_optim: OptimConfig,
+    total_steps: int,
+    *,
+    temperature_coder: float,
+    temperature_tester: float,
+    shared: bool = False,
+    keep_reference: bool = True,
+    aggregation: str = "token-mean",
+    entropy: bool = False,
+    batch_size: int = 16,
+    rollout: Literal["merged", "unmerged"] = "merged",
+) -> Roles:
+    """Load the model(s) named by ``engine_cfg`` and wire each role's policy and learner.
+
+    ``total_steps`` is the number of optimizer steps of each learner (for the lr schedule).
+    ``keep_reference`` keeps the frozen reference (pass ``kl_coef > 0``); ``aggregation`` is the
+    loss's aggregation (sets micro-batch weighting); ``entropy`` passes per-token entropy to the
+    loss; ``batch_size`` is the default generation batch; ``rollout`` applies to adapters mode.
+    """
+    if shared and temperature_coder != temperature_tester:
+        raise ValueError("shared=True needs one sampling temperature for both roles (the learner is shared)")
+    tester_spec = engine_cfg.tester_model or engine_cfg.coder_model
+    common = {"logprob_chunk": engine_cfg.logprob_chunk, "aggregation": aggregation, "entropy": entropy}
+    model, tok = _load(engine_cfg, engine_cfg.coder_model)
+
+    def learner(weights: Any, optim: OptimConfig, temperature: float, tokenizer: Any) -> HFLearner:
+        return HFLearner(
+            weights, optim, total_steps, temperature=temperature, pad_id=tokenizer.pad_token_id, **common
+        )
+
+    if engine_cfg.mode == "separate":
+        coder_w = FullWeights(model, keep_reference)
+        coder = (
+            HFPolicy(coder_w.rollout_model, tok, batch_size),
+            learner(coder_w, coder_optim, temperature_coder, tok),
+        )
+        if shared:
+            return Roles(coder[0], coder[1], coder[0], coder[1], tok)
+        if tester_spec == engine_cfg.coder_model:
+            tester_model, tester_tok = copy.deepcopy(model), tok
+        else:
+            tester_model, tester_tok = _load(engine_cfg, tester_spec)
+        tester_w = FullWeights(tester_model, keep_reference)
+        tester = (
+            HFPolicy(tester_w.rollout_model, tester_tok, batch_size),
+            learner(tester_w, tester_optim, temperature_tester, tester_tok),
+        )
+        return Roles(coder[0], coder[1], tester[0], tester[1], tok)
+
+    if tester_spec != engine_cfg.coder_model:
+        raise ValueError(
+            f"engine.mode=adapters shares one base model, but coder_model={engine_cfg.coder_model!r} and "
+            f"tester_model={tester_spec!r} differ; use engine.mode=separate"
+        )
+    peft_model, rollout_copy = _with_adapters(
+        model, engine_cfg, ["coder"] if shared else ["coder", "tester"], rollout
+    )
+    coder_w = AdapterWeights(peft_model, "coder", rollout_copy)
+    coder = (
+        HFPolicy(coder_w.rollout_model, tok, batch_size),
+        learner(coder_w, coder_optim, temperature_coder, tok),
+    )
+    if shared:
+        return Roles(coder[0], coder[1], coder[0], coder[1], tok)
+    tester_w = AdapterWeights(peft_model, "tester", rollout_copy)
+    tester = (
+        HFPolicy(tester_w.rollout_model, tok, batch_size),
+        learner(tester_w, tester_optim, temperature_tester, tok),
+    )
+    return Roles(coder[0], coder[1], tester[0], tester[1], tok)
+
+
+def _load(engine_cfg: EngineConfig, spec: str) -> tuple[Any, Any]:
+    model, tok = load_model_and_tokenizer(spec, engine_cfg.dtype, engine_cfg.device, engine_cfg.cache_dir)
+    if engine_cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model, tok
+
+
+def _with_adapters(
+    model: Any, engine_cfg: EngineConfig, names: list[str], rollout: str
+) -> tuple[Any, MergedRolloutCopy | None]:
+    from peft import LoraConfig, get_peft_model
+
+    rollout_copy = (
+        MergedRolloutCopy(copy.deepcopy(model).requires_grad_(False)) if rollout == "merged" else None
+    )
+    config = LoraConfig(
+        r=engine_cfg.lora_r,
+        lora_alpha=engine_cfg.lora_alpha,
+        lora_dropout=engine_cfg.lora_dropout,
+        target_modules=list(engine_cfg.lora_targets),
+        task_type="CAUSAL_LM",
+    )
+    model.requires_grad_(False)
+    peft_model = get_peft_model(model, config, adapter_name=names[0])
+    for name in names[1:]:
+        peft_model.add_adapter(name, config)
+    peft_model.eval()
+    return peft_model, rollout_copy

