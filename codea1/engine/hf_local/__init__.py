@@ -8,6 +8,6 @@ Imports: torch, transformers, peft, safetensors, config, engine.base, engine.loa
 
 from codea1.engine.hf_local.learner import HFLearner, lr_factor
 from codea1.engine.hf_local.policy import HFPolicy
-from codea1.engine.hf_local.roles import Roles, build_roles
+from codea1.engine.hf_local.roles import Roles, build_roles, load_policy
 
-__all__ = ["HFLearner", "HFPolicy", "Roles", "build_roles", "lr_factor"]
+__all__ = ["HFLearner", "HFPolicy", "Roles", "build_roles", "load_policy", "lr_factor"]

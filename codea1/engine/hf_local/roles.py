@@ -139,3 +139,16 @@ def _with_adapters(
         peft_model.add_adapter(name, config)
     peft_model.eval()
     return peft_model, rollout_copy
+
+
+def load_policy(model_spec: str, engine_cfg: EngineConfig, batch_size: int = 16) -> HFPolicy:
+    """An inference-only policy (evaluation): the model named by ``model_spec``, frozen, in eval mode.
+
+    ``model_spec`` takes every form :func:`~codea1.engine.loading.resolve_model` accepts (hub id,
+    directory, GGUF file, ``smollm2-135m``).
+    """
+    model, tok = load_model_and_tokenizer(
+        model_spec, engine_cfg.dtype, engine_cfg.device, engine_cfg.cache_dir
+    )
+    model.requires_grad_(False).eval()
+    return HFPolicy(lambda: model, tok, batch_size)
