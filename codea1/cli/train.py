@@ -1,0 +1,256 @@
+"""``codea1 train``: build the configuration, pick the engine, open the sandbox, run the trainer.
+
+This is the one place that chooses a concrete engine: ``transformers`` (``engine.hf_local``) or
+``scripted`` (``engine.scripted`` driven by the built-in script below: the coder answers with the
+reference, a broken variant or prose; the tester with some of the problem's golden asserts, sometimes
+one with a wrong expected value), which makes a CPU dry run of the whole loop take seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import re
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from codea1.cli import CliError
+from codea1.config import RunConfig, load_config
+from codea1.types import Problem
+
+RESUME_CONFIG = "config.yaml"
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``train`` subcommand."""
+    p = subparsers.add_parser("train", help="train the Code LLM and the Test LLM (Code-A1 or a baseline)")
+    p.add_argument(
+        "--preset", default=None, help="preset name under configs/ or a YAML path (default tiny-cpu)"
+    )
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config field, e.g. --set coder.sampling.n=8 (repeatable)")  # fmt: skip
+    p.add_argument("--method", choices=("a1", "golden", "selfplay"), help="train.method")
+    p.add_argument("--tester-view", choices=("whitebox", "blackbox"), help="tester.view")
+    p.add_argument("--alpha", type=float, help="reward.alpha (validity vs adversarial weight)")
+    p.add_argument("--no-mistake-book", action="store_true", help="mistake_book.enabled=false (ablation)")
+    p.add_argument("--steps", type=int, help="train.steps")
+    p.add_argument("--run-dir", help="run directory (default runs/<preset>-<time>)")
+    p.add_argument("--engine", choices=("transformers", "scripted"), help="engine.kind")
+    p.add_argument("--progress", choices=("auto", "rich", "plain"), help="tracking.progress")
+    p.add_argument(
+        "--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint"
+    )
+    p.set_defaults(func=run)
+
+
+def flag_overrides(args: argparse.Namespace) -> list[str]:
+    """The ``section.field=value`` overrides implied by the convenience flags."""
+    out = []
+    if args.method:
+        out.append(f"train.method={args.method}")
+        if args.method == "selfplay" and not args.tester_view:
+            out.append("tester.view=blackbox")
+    if args.tester_view:
+        out.append(f"tester.view={args.tester_view}")
+    if args.alpha is not None:
+        out.append(f"reward.alpha={args.alpha}")
+    if args.no_mistake_book:
+        out.append("mistake_book.enabled=false")
+    if args.steps is not None:
+        out.append(f"train.steps={args.steps}")
+    if args.engine:
+        out.append(f"engine.kind={args.engine}")
+    if args.progress:
+        out.append(f"tracking.progress={args.progress}")
+    return out
+
+
+def resolve(args: argparse.Namespace) -> tuple[RunConfig, Path, bool]:
+    """The configuration, the run directory and whether this resumes an existing run."""
+    if args.resume:
+        run_dir = Path(args.resume)
+        if not (run_dir / RESUME_CONFIG).exists():
+            raise CliError(f"--resume {run_dir}: no {RESUME_CONFIG} there (not a codea1 run directory)")
+        if args.preset or args.overrides or args.method or args.tester_view or args.alpha is not None:
+            raise CliError(
+                "--resume continues a run with its saved configuration; drop --preset/--set/--method/..."
+            )
+        cfg = load_config(
+            str(run_dir / RESUME_CONFIG), [f"tracking.progress={args.progress}"] if args.progress else []
+        )
+        return cfg, run_dir, True
+    cfg = load_config(args.preset or "tiny-cpu", [*args.overrides, *flag_overrides(args)])
+    if args.run_dir:
+        run_dir = Path(args.run_dir)
+    else:
+        run_dir = Path(
+            cfg.train.run_dir.format(preset=cfg.preset or "run", time=time.strftime("%Y%m%d-%H%M%S"))
+        )
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise CliError(f"run directory {run_dir} is not empty; use --resume {run_dir} or another --run-dir")
+    return cfg, run_dir, False
+
+
+Responder = Callable[[str, int, int | None], str]
+"""``respond(prompt_text, sample_index, seed) -> completion text`` (the scripted engine's script)."""
+
+
+def _problem_of(prompt: str, problems: Sequence[Problem]) -> Problem | None:
+    """The problem whose question appears in a rendered prompt (the longest match wins)."""
+    found = [p for p in problems if p.question.strip() and p.question.strip() in prompt]
+    return max(found, key=lambda p: len(p.question)) if found else None
+
+
+def _rng(kind: str, prompt: str, sample: int, seed: int | None) -> random.Random:
+    return random.Random(f"{kind}|{seed}|{sample}|{prompt}")
+
+
+def scripted_script(problems: Sequence[Problem]) -> tuple[Responder, Responder]:
+    """The built-in script of ``--engine scripted``: deterministic given (prompt, sample, seed).
+
+    Coder: the reference solution (half the time), a variant whose entry point returns None, or prose
+    without code. Tester: three to six of the problem's golden asserts, sometimes one with a wrong
+    expected value (so validity and failures vary within a group).
+    """
+
+    def coder(prompt: str, sample: int, seed: int | None) -> str:
+        p, r = _problem_of(prompt, problems), _rng("coder", prompt, sample, seed).random()
+        if p is None or r >= 0.85:
+            return "I am not sure how to solve this one."
+        code = p.reference.rstrip()
+        if r >= 0.5:
+            code += f"\n\n\ndef {p.entry_point}(*args, **kwargs):\n    return None"
+        return f"Here is my solution.\n```python\n{code}\n```"
+
+    def tester(prompt: str, sample: int, seed: int | None) -> str:
+        p, rng = _problem_of(prompt, problems), _rng("tester", prompt, sample, seed)
+        asserts = [line.strip() for t in (p.golden_tests if p else ()) for line in t.splitlines()]
+        asserts = [a for a in asserts if a.startswith("assert ") and "==" in a]
+        if not asserts:
+            return "assert True"
+        chosen = rng.sample(asserts, min(len(asserts), rng.randint(3, 6)))
+        if rng.random() < 0.4:
+            chosen[-1] = re.sub(r"==.*$", "== None", chosen[-1])
+        return "```python\n" + "\n".join(chosen) + "\n```"
+
+    return coder, tester
+
+
+def expand_model_paths(cfg: RunConfig) -> None:
+    """Fill ``${VAR}`` in the model fields from the environment; an unset variable is a clear error."""
+    for name in ("coder_model", "tester_model"):
+        value = getattr(cfg.engine, name)
+        expanded = os.path.expandvars(value)
+        if "$" in expanded:
+            var = re.findall(r"\$\{?(\w+)", expanded)[0]
+            raise CliError(
+                f"engine.{name}={value!r} needs the environment variable {var}: set it to a model directory, "
+                f"a .gguf file or a hub id (see docs/training.md), or pass --set engine.{name}=PATH"
+            )
+        setattr(cfg.engine, name, expanded)
+
+
+@dataclass
+class ScriptedRoles:
+    """The two roles on the scripted engine (one learner for both when shared)."""
+
+    coder_policy: Any
+    coder_learner: Any
+    tester_policy: Any
+    tester_learner: Any
+
+
+def scripted_roles(problems: Sequence[Problem], *, seed: int = 0, shared: bool = False) -> ScriptedRoles:
+    """``--engine scripted``: :class:`~codea1.engine.scripted.ScriptedPolicy` per role driven by
+    :func:`scripted_script`, and :class:`~codea1.engine.scripted.ScriptedLearner` (one when shared)."""
+    from codea1.engine.scripted import ScriptedLearner, ScriptedPolicy
+
+    coder, tester = scripted_script(problems)
+    coder_learner = ScriptedLearner(seed=seed)
+    return ScriptedRoles(
+        ScriptedPolicy(lambda prompt, j: coder(prompt, j, seed)),
+        coder_learner,
+        ScriptedPolicy(lambda prompt, j: tester(prompt, j, seed)),
+        coder_learner if shared else ScriptedLearner(seed=seed + 1),
+    )
+
+
+def optimizer_steps(cfg: RunConfig) -> int:
+    """Optimizer steps of the coder's learner over the run (its lr schedule's length): the trainer
+    calls ``train_step`` ``mini_batches × ppo_epochs`` times per training step."""
+    return cfg.train.steps * cfg.coder.optim.mini_batches * cfg.coder.optim.ppo_epochs
+
+
+def build_models(cfg: RunConfig, problems: list[Any]) -> Any:
+    """The engine's roles: a shared model for self-play and for golden (whose tester is unused)."""
+    shared = cfg.train.method in ("selfplay", "golden")
+    if cfg.engine.kind == "scripted":
+        return scripted_roles(problems, seed=cfg.train.seed, shared=shared)
+    from codea1.engine.hf_local import build_roles
+    from codea1.engine.loading import ModelLoadError
+
+    try:
+        return build_roles(
+            cfg.engine, cfg.coder.optim, cfg.tester.optim, optimizer_steps(cfg),
+            temperature_coder=cfg.coder.sampling.temperature,
+            temperature_tester=cfg.tester.sampling.temperature, shared=shared,
+            keep_reference=cfg.loss.kl_coef > 0, aggregation=cfg.loss.aggregation,
+            entropy=cfg.loss.entropy_coef > 0, batch_size=cfg.coder.sampling.batch_size,
+        )  # fmt: skip
+    except ModelLoadError as e:
+        raise CliError(f"cannot load the model: {e}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``codea1 train``; returns 0, or 130 when stopped by Ctrl-C after saving."""
+    from codea1.config import dump_config
+    from codea1.data.problems import DataError, load_problems
+    from codea1.sandbox.pool import Sandbox
+    from codea1.trainer import Trainer, TrainingOutOfMemory
+
+    cfg, run_dir, resume = resolve(args)
+    if cfg.engine.kind == "transformers":
+        expand_model_paths(cfg)
+    models_line = cfg.engine.coder_model + (
+        f" / {cfg.engine.tester_model}" if cfg.engine.tester_model else ""
+    )
+    print(f"codea1 train | preset {cfg.preset} | method {cfg.train.method} | engine {cfg.engine.kind} "
+          f"({cfg.engine.mode}) | models {models_line} | steps {cfg.train.steps} | run dir {run_dir}"
+          + (" | resuming" if resume else ""), flush=True)  # fmt: skip
+    try:
+        problems = load_problems(cfg.data.train, limit=cfg.data.limit)
+    except DataError as e:
+        raise CliError(f"data.train={cfg.data.train!r}: {e}") from None
+    if not problems:
+        raise CliError(f"data.train={cfg.data.train!r} has no usable problems")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not resume:
+        dump_config(cfg, run_dir / RESUME_CONFIG)
+    models = build_models(cfg, problems)
+    try:
+        with Sandbox(cfg.sandbox) as sandbox:
+            summary = Trainer(cfg, models, problems, sandbox, run_dir).run(resume=resume)
+    except TrainingOutOfMemory as e:
+        raise CliError(str(e)) from None
+    last = summary.last_metrics
+    keys = (
+        "coder/reward_mean",
+        "tester/reward_mean",
+        "exec/code_valid_rate",
+        "replay/book_size",
+        "time/step",
+    )
+    shown = ", ".join(f"{k} {last[k]:.3f}" for k in keys if last.get(k) is not None)
+    ckpt = f"checkpoint {summary.checkpoint}" if summary.checkpoint else "no checkpoint written"
+    state = "stopped by Ctrl-C after" if summary.interrupted else "finished"
+    print(f"codea1 train {state} step {summary.last_step}/{cfg.train.steps} | {shown}", flush=True)
+    print(f"run directory: {run_dir} ({ckpt})", flush=True)
+    if summary.interrupted:
+        print(f"resume with: codea1 train --resume {run_dir}", file=sys.stderr, flush=True)
+        return 130
+    return 0

@@ -1,0 +1,247 @@
+"""Where a run's numbers go: ``metrics.jsonl`` (always), TensorBoard and W&B (when enabled),
+per-step rollout samples, phase timers and the live progress display.
+
+Metric keys are namespaced ``coder/ tester/ exec/ replay/ loss/ time/`` (see ``docs/metrics.md``).
+``metrics.jsonl`` holds one JSON object per step, appended and flushed as one write, so a crash
+never leaves a torn line behind a complete one; :func:`truncate_metrics` drops lines past a
+checkpoint on resume. Imports: standard library, ``rich`` and (lazily) ``torch.utils.tensorboard``
+and ``wandb``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+METRICS_FILE = "metrics.jsonl"
+SAMPLES_DIR = "samples"
+METRIC_NAMESPACES = ("coder/", "tester/", "exec/", "replay/", "loss/", "time/")
+
+
+class TrackingError(RuntimeError):
+    """A requested sink cannot be used (for example ``wandb`` is not installed)."""
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN/inf: write them as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def step_file_name(step: int, suffix: str = "") -> str:
+    """``step_000004`` + suffix: the zero-padded per-step name used by samples and checkpoints."""
+    return f"step_{step:06d}{suffix}"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename (durable, never torn)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """All complete lines of ``metrics.jsonl`` (a torn trailing line is ignored)."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return rows
+
+
+def truncate_metrics(run_dir: Path, last_step: int) -> None:
+    """Keep only the complete lines of steps ``<= last_step`` (used when resuming)."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.exists():
+        return
+    keep = [r for r in read_metrics(run_dir) if int(r.get("step", 0)) <= last_step]
+    atomic_write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in keep))
+
+
+class Tracker:
+    """Logs one dictionary of scalars per step to every enabled sink, and times phases.
+
+    ``phase(name)`` is a context manager that records ``time/<name>`` for the current step and
+    updates the progress display. ``log(step, metrics)`` writes the step (adding the recorded phase
+    times) and resets the timers.
+    """
+
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        total_steps: int,
+        tensorboard: bool = True,
+        wandb: bool = False,
+        wandb_project: str = "codea1",
+        progress: Literal["auto", "rich", "plain", "off"] = "auto",
+        config: Mapping[str, Any] | None = None,
+        resume_step: int = 0,
+        samples_per_step: int = 8,
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.total_steps = total_steps
+        self.samples_per_step = samples_per_step
+        self._times: dict[str, float] = {}
+        self._metrics_file = open(self.run_dir / METRICS_FILE, "a", encoding="utf-8")  # noqa: SIM115
+        self._tb = _open_tensorboard(self.run_dir / "tensorboard", resume_step) if tensorboard else None
+        self._wandb = _open_wandb(wandb_project, self.run_dir, config) if wandb else None
+        self.display = ProgressDisplay(progress, total_steps, start_step=resume_step)
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time a phase of the current step as ``time/<name>`` (accumulates if entered twice)."""
+        self.display.set_phase(name)
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._times[name] = self._times.get(name, 0.0) + time.perf_counter() - start
+
+    def log(self, step: int, metrics: Mapping[str, float]) -> dict[str, Any]:
+        """Write one step's metrics (plus phase times) everywhere; returns the row written."""
+        row: dict[str, Any] = {"step": step}
+        row.update({k: _finite(float(v)) for k, v in metrics.items()})
+        row.update({f"time/{k}": round(v, 4) for k, v in self._times.items()})
+        self._times = {}
+        self._metrics_file.write(json.dumps(row, sort_keys=True) + "\n")
+        self._metrics_file.flush()
+        os.fsync(self._metrics_file.fileno())
+        scalars = {k: v for k, v in row.items() if k != "step" and v is not None}
+        if self._tb is not None:
+            for key, value in scalars.items():
+                self._tb.add_scalar(key, value, step)
+            self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log(scalars, step=step)
+        self.display.step_done(step, row)
+        return row
+
+    def save_samples(self, step: int, records: Sequence[Mapping[str, Any]]) -> Path:
+        """Write the step's bounded rollout sample to ``samples/step_NNNNNN.jsonl`` (atomically)."""
+        directory = self.run_dir / SAMPLES_DIR
+        directory.mkdir(exist_ok=True)
+        path = directory / step_file_name(step, ".jsonl")
+        atomic_write_text(path, "".join(json.dumps(r, default=str) + "\n" for r in records))
+        return path
+
+    def message(self, text: str) -> None:
+        """A log line (above the live display on a terminal)."""
+        self.display.message(text)
+
+    def close(self) -> None:
+        """Flush and close every sink."""
+        self.display.close()
+        self._metrics_file.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def _open_tensorboard(log_dir: Path, resume_step: int) -> Any:
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as e:  # tensorboard is a core dependency; say so if it is missing
+        raise TrackingError(f"tracking.tensorboard=true needs the tensorboard package ({e})") from None
+    # purge_step discards events written after the checkpoint we resume from
+    return SummaryWriter(str(log_dir), purge_step=resume_step + 1 if resume_step else None)
+
+
+def _open_wandb(project: str, run_dir: Path, config: Mapping[str, Any] | None) -> Any:
+    try:
+        import wandb
+    except ImportError:
+        raise TrackingError(
+            "tracking.wandb=true but wandb is not installed: pip install 'codea1[wandb]' "
+            "(or set tracking.wandb=false)"
+        ) from None
+    wandb.init(project=project, name=run_dir.name, dir=str(run_dir), config=dict(config or {}))
+    return wandb
+
+
+KEY_METRICS = ("coder/reward_mean", "tester/reward_mean", "exec/code_valid_rate")
+
+
+class ProgressDisplay:
+    """Step, phase, ETA and key rewards: a ``rich`` status line on a terminal, plain lines otherwise."""
+
+    def __init__(self, mode: str, total_steps: int, start_step: int = 0) -> None:
+        if mode == "auto":
+            mode = "rich" if sys.stdout.isatty() else "plain"
+        self.mode = mode
+        self.total = total_steps
+        self.step = start_step
+        self._started = time.perf_counter()
+        self._done_here = 0
+        self._last = ""
+        self._status: Any = None
+        if mode == "rich":
+            from rich.console import Console
+
+            self._console = Console()
+            self._status = self._console.status(self._line("starting"))
+            self._status.start()
+
+    def _eta(self) -> str:
+        if not self._done_here:
+            return "?"
+        per_step = (time.perf_counter() - self._started) / self._done_here
+        return f"{per_step * (self.total - self.step):.0f}s"
+
+    def _line(self, phase: str) -> str:
+        tail = f" | {self._last}" if self._last else ""
+        return f"step {self.step + 1}/{self.total} | {phase} | ETA {self._eta()}{tail}"
+
+    def set_phase(self, phase: str) -> None:
+        """Show the phase the current step is in."""
+        if self._status is not None:
+            self._status.update(self._line(phase))
+
+    def step_done(self, step: int, row: Mapping[str, Any]) -> None:
+        """Record a finished step and print its summary line."""
+        self.step = step
+        self._done_here += 1
+        parts = [
+            f"{k.split('/', 1)[0]} {k.split('/', 1)[1]} {row[k]:.3f}"
+            for k in KEY_METRICS
+            if row.get(k) is not None
+        ]
+        self._last = ", ".join(parts)
+        took = row.get("time/step")
+        line = (
+            f"step {step}/{self.total}"
+            + (f" ({took:.1f}s)" if took else "")
+            + f" | {self._last} | ETA {self._eta()}"
+        )
+        self.message(line)
+
+    def message(self, text: str) -> None:
+        """Print a line (rich keeps the status line below it)."""
+        if self.mode == "rich":
+            self._console.print(text)
+        elif self.mode == "plain":
+            print(text, flush=True)
+
+    def close(self) -> None:
+        """Stop the live display."""
+        if self._status is not None:
+            self._status.stop()
+            self._status = None

