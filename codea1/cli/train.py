@@ -9,6 +9,7 @@ one with a wrong expected value), which makes a CPU dry run of the whole loop ta
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import random
 import re
@@ -186,6 +187,12 @@ def optimizer_steps(cfg: RunConfig) -> int:
     return cfg.train.steps * cfg.coder.optim.mini_batches * cfg.coder.optim.ppo_epochs
 
 
+def per_update(optim: Any) -> Any:
+    """``optim`` with its warm-up counted in optimizer steps: the config counts training steps (the
+    paper's scheduler steps once per training step), the learner counts ``train_step`` calls."""
+    return dataclasses.replace(optim, warmup_steps=optim.warmup_steps * optim.mini_batches * optim.ppo_epochs)
+
+
 def build_models(cfg: RunConfig, problems: list[Any]) -> Any:
     """The engine's roles: a shared model for self-play and for golden (whose tester is unused)."""
     shared = cfg.train.method in ("selfplay", "golden")
@@ -196,7 +203,7 @@ def build_models(cfg: RunConfig, problems: list[Any]) -> Any:
 
     try:
         return build_roles(
-            cfg.engine, cfg.coder.optim, cfg.tester.optim, optimizer_steps(cfg),
+            cfg.engine, per_update(cfg.coder.optim), per_update(cfg.tester.optim), optimizer_steps(cfg),
             temperature_coder=cfg.coder.sampling.temperature,
             temperature_tester=cfg.tester.sampling.temperature, shared=shared,
             keep_reference=cfg.loss.kl_coef > 0, aggregation=cfg.loss.aggregation,
