@@ -16,12 +16,14 @@ HARNESS_LOAD_CPU_S = 10.0
 
 
 def check_task(job: CheckJob, cfg: SandboxConfig) -> ProgramTask:
-    """The program task that runs ``job``'s harness once."""
-    task = ProgramTask.make(
-        job.code, job.entry_point, ("check",), cfg,
-        load_cpu_s=cfg.load_cpu_s + HARNESS_LOAD_CPU_S, test_cpu_s=job.cpu_s,
-    )  # fmt: skip
-    return ProgramTask(**{**task.__dict__, "harness": job.harness})
+    """The program task that runs ``job``'s harness once; ValueError when its budget is unusable."""
+    try:
+        return ProgramTask.make(
+            job.code, job.entry_point, ("check",), cfg, harness=job.harness,
+            load_cpu_s=cfg.load_cpu_s + HARNESS_LOAD_CPU_S, test_cpu_s=job.cpu_s,
+        )  # fmt: skip
+    except ValueError as e:
+        raise ValueError(f"CheckJob {job.id!r}: {str(e).replace('test_cpu_s', 'cpu_s')}") from e
 
 
 def check_verdict(outcome: ProgramOutcome) -> Verdict:

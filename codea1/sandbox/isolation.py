@@ -1,20 +1,18 @@
-"""Kernel isolation primitives: namespaces, mounts, rlimits, scrubbed environment, cgroup v1.
+"""Kernel isolation primitives of the worker side: namespaces, mounts, rlimits, scrubbed environment.
 
-The worker side (namespaces, mounts, rlimits, environment) runs inside the sandbox worker; the
-cgroup side (:class:`WorkerCgroups`) runs in the trusted parent, which creates one cgroup per
-worker and removes it on close. Every function reports what it could not do instead of failing
-silently: the results end up in ``Sandbox.layers()`` and ``codea1 sandbox doctor``.
-Imports: standard library only.
+(The cgroups, set up by the trusted parent, are in :mod:`codea1.sandbox.cgroups`.) Every function
+reports what it could not do instead of failing silently: the results end up in
+``Sandbox.layers()`` and ``codea1 sandbox doctor``. Imports: standard library only, and only
+modules without large native libraries (each one mapped makes every fork of the worker dearer).
 """
 
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import resource
-import shutil
 import sys
-from pathlib import Path
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REC, _MS_PRIVATE = 2, 4, 8, 0x4000, 1 << 18
@@ -54,9 +52,13 @@ def enter_namespaces(isolation: str) -> dict[str, str]:
         if not why:
             uid, gid = os.geteuid(), os.getegid()
             try:
-                Path("/proc/self/setgroups").write_text("deny")
-                Path("/proc/self/uid_map").write_text(f"0 {uid} 1")
-                Path("/proc/self/gid_map").write_text(f"0 {gid} 1")
+                for name, text in (
+                    ("setgroups", "deny"),
+                    ("uid_map", f"0 {uid} 1"),
+                    ("gid_map", f"0 {gid} 1"),
+                ):
+                    with open(f"/proc/self/{name}", "w") as f:
+                        f.write(text)
             except OSError as e:
                 status["user_ns"] = unavailable(f"id maps: {e}")
     for name, flag in names.items():
@@ -115,13 +117,25 @@ def worker_environment() -> dict[str, str]:
     return env
 
 
-def apply_program_rlimits(memory_mb: int, cpu_s: float) -> None:
-    """rlimits of a program process: address space, CPU (kernel backstop), file size, files, core."""
+def test_cpu_rlimit(budget_s: float) -> int:
+    """RLIMIT_CPU soft limit (whole seconds) of a test child: the kernel backstop above its itimer."""
+    return int(math.ceil(budget_s)) + 1
+
+
+def apply_program_rlimits(memory_mb: int, cpu_s: float, test_cpu_s: float) -> None:
+    """rlimits of a program process: address space, CPU (kernel backstop), file size, files, core.
+
+    The CPU soft limit is the program's own budget. The hard limit also leaves room for the test
+    children's limits (:func:`test_cpu_rlimit` + 1): they inherit it and cannot raise it, and a
+    test budget may exceed the load budget (e.g. evaluation harnesses). A program that ignores
+    SIGXCPU during its definitions is still bounded by the runner's load deadline.
+    """
     mem = memory_mb * 1024 * 1024
     cpu = int(cpu_s) + 2
+    cpu_hard = max(cpu + 1, test_cpu_rlimit(test_cpu_s) + 1)
     for res, soft, hard in (
         (resource.RLIMIT_AS, mem, mem),
-        (resource.RLIMIT_CPU, cpu, cpu + 1),
+        (resource.RLIMIT_CPU, cpu, cpu_hard),
         (resource.RLIMIT_FSIZE, 16 << 20, 16 << 20),
         (resource.RLIMIT_NOFILE, 64, 64),
         (resource.RLIMIT_CORE, 0, 0),
@@ -131,148 +145,69 @@ def apply_program_rlimits(memory_mb: int, cpu_s: float) -> None:
         resource.setrlimit(resource.RLIMIT_NPROC, (256, 256))
 
 
-def confinement_paths(scratch: str) -> tuple[list[str], list[str]]:
-    """(read-only, read-write) path lists for Landlock: interpreter and system libraries only."""
+def confinement_paths(scratch: str, site_dirs: list[str]) -> tuple[list[str], list[str]]:
+    """(read-only, read-write) path lists for Landlock: interpreter, its site-packages, system libraries."""
     ro = {sys.prefix, sys.base_prefix, sys.exec_prefix, "/usr", "/lib", "/lib64", "/etc/ld.so.cache"}
     ro |= {"/etc/localtime", "/dev/urandom", "/dev/random", "/dev/zero"}
+    ro |= {d for d in site_dirs if os.path.isdir(d)}
     for entry in sys.path:
         if entry and os.path.isdir(entry) and any(entry.startswith(p) for p in (sys.prefix, sys.base_prefix)):
             ro.add(entry)
     return sorted(ro), [scratch, "/dev/null"]
 
 
-# --------------------------------------------------------------------------------------------------
-# cgroup v1 (trusted parent side)
-# --------------------------------------------------------------------------------------------------
-
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-
-
-def _own_cgroup(controller: str) -> str | None:
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        parts = line.split(":", 2)
-        if len(parts) == 3 and controller in parts[1].split(","):
-            return parts[2]
-    return None
-
-
-class WorkerCgroups:
-    """One worker's cgroups (v1 memory, pids, cpu), nested under the caller's own cgroups."""
-
-    def __init__(self, name: str, memory_bytes: int, pids_max: int, enabled: bool) -> None:
-        self.dirs: dict[str, Path] = {}
-        self.status: dict[str, str] = {}
-        settings = {
-            "memory": {"memory.limit_in_bytes": str(memory_bytes)},
-            "pids": {"pids.max": str(pids_max)},
-            "cpu": {"cpu.shares": "1024"},
-        }
-        for controller, values in settings.items():
-            layer = f"cgroup_{controller}"
-            if not enabled:
-                self.status[layer] = unavailable("isolation=none")
-                continue
-            own = _own_cgroup(controller)
-            base = CGROUP_ROOT / controller
-            if own is None or not base.is_dir():
-                self.status[layer] = unavailable(f"no cgroup v1 {controller} hierarchy")
-                continue
-            path = base / own.lstrip("/") / name
-            try:
-                path.mkdir(exist_ok=True)
-                for key, value in values.items():
-                    (path / key).write_text(value)
-            except OSError as e:
-                self.status[layer] = unavailable(f"{path}: {e.strerror or e}")
-                _rmdir(path)
-                continue
-            self.dirs[controller] = path
-            self.status[layer] = ACTIVE
-
-    def procs_files(self) -> list[str]:
-        """The ``cgroup.procs`` files a worker writes its pid into."""
-        return [str(d / "cgroup.procs") for d in self.dirs.values()]
-
-    def pids(self) -> list[int]:
-        """Pids currently in this worker's cgroups."""
-        out: set[int] = set()
-        for d in self.dirs.values():
-            try:
-                out |= {int(x) for x in (d / "cgroup.procs").read_text().split()}
-            except (OSError, ValueError):
-                pass
-        return sorted(out)
-
-    def kill_all(self, sig: int = 9) -> None:
-        """SIGKILL every process left in the cgroups (a dead worker's stragglers)."""
-        for _ in range(50):
-            pids = self.pids()
-            if not pids:
-                return
-            for pid in pids:
-                try:
-                    os.kill(pid, sig)
-                except OSError:
-                    pass
-
-    def remove(self) -> None:
-        """Kill what is left and remove the cgroup directories."""
-        self.kill_all()
-        for d in self.dirs.values():
-            _rmdir(d)
-        self.dirs.clear()
-
-
-def remove_stale_cgroups() -> int:
-    """Remove empty ``codea1-<pid>-…`` worker cgroups whose creating process is gone; returns the count."""
-    removed = 0
-    for controller in ("memory", "pids", "cpu"):
-        own = _own_cgroup(controller)
-        base = CGROUP_ROOT / controller / (own or "/").lstrip("/")
-        try:
-            # siblings too: each command of a process manager may get its own memory cgroup
-            entries = list(base.glob("codea1-*")) + list(base.parent.glob("*/codea1-*"))
-        except OSError:
-            continue
-        for path in entries:
-            owner = path.name.split("-")[1]
-            if owner.isdigit() and not Path(f"/proc/{owner}").exists():
-                try:
-                    path.rmdir()
-                    removed += 1
-                except OSError:
-                    pass
-    return removed
-
-
-def _rmdir(path: Path) -> None:
-    for _ in range(100):
-        try:
-            path.rmdir()
-            return
-        except FileNotFoundError:
-            return
-        except OSError:
-            import time
-
-            time.sleep(0.01)
-
-
 def wipe_directory(path: str) -> None:
-    """Remove everything inside ``path`` (symlinks are removed, never followed)."""
+    """Remove everything inside ``path``; symlinks are removed, never followed. Keeps the cwd.
+
+    Runs in the zygote once every job process is gone, so nothing changes the tree meanwhile. It
+    walks by ``chdir`` with an explicit stack, so neither nesting depth nor path length can make
+    it fail, and it makes each directory accessible before entering it. (No ``shutil``: it would
+    load three compression libraries into every fork of the worker.)
+    """
     try:
-        entries = list(os.scandir(path))
+        home = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
-        return
-    for entry in entries:
+        home = -1
+    try:
+        os.chdir(path)
+        _wipe_cwd()
+    except OSError:
+        pass
+    finally:
+        if home >= 0:
+            os.fchdir(home)
+            os.close(home)
+
+
+def _wipe_cwd() -> None:
+    stack: list[str] = []
+    while True:
         try:
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path, ignore_errors=True)
-            else:
-                os.unlink(entry.path)
+            entries = list(os.scandir("."))
         except OSError:
-            pass
+            entries = []
+        sub = None
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    sub = sub or entry.name
+                else:
+                    os.unlink(entry.name)
+            except OSError:
+                pass
+        if sub is not None:
+            try:
+                os.chmod(sub, 0o700, follow_symlinks=False)
+                os.chdir(sub)
+                stack.append(sub)
+                continue
+            except OSError:
+                pass  # cannot enter: leave it (and stop descending into it)
+        if not stack:
+            break
+        os.chdir("..")
+        name = stack.pop()
+        try:
+            os.rmdir(name)
+        except OSError:  # something in it could not be removed: stop rather than loop
+            break

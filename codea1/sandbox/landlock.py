@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 import struct
 
 _SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
@@ -31,7 +30,7 @@ _libc.syscall.restype = ctypes.c_long
 
 def abi_version() -> int:
     """The kernel's Landlock ABI version (0 when Landlock is unavailable)."""
-    if platform.machine() != "x86_64":
+    if os.uname().machine != "x86_64":
         return 0
     v = _libc.syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))
     return int(v) if v > 0 else 0

@@ -1,7 +1,7 @@
 """The :class:`Sandbox`: a pool of pre-started sandbox workers and the public execution API.
 
 Workers are started once (one per core by default) and talk to the parent through pipes with
-length-prefixed pickles (trusted to trusted). A dispatcher thread per worker pulls program tasks
+length-prefixed ``marshal`` messages (trusted to trusted). A dispatcher thread per worker pulls program tasks
 from a shared queue; a worker that dies or does not answer within its task's deadline is killed
 (its whole namespace and cgroup with it), restarted, and its task reported as ``error``.
 """
@@ -9,7 +9,7 @@ from a shared queue; a worker that dies or does not answer within its task's dea
 from __future__ import annotations
 
 import atexit
-import json
+import marshal
 import os
 import queue
 import select
@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from codea1.config import SandboxConfig
-from codea1.sandbox import checks, grid, isolation
-from codea1.sandbox.tasks import ProgramOutcome, ProgramTask, failed_outcome, parse_result
+from codea1.sandbox import cgroups, checks, grid, isolation
+from codea1.sandbox.tasks import ProgramOutcome, ProgramTask, check_config, failed_outcome, parse_result
 from codea1.types import CheckJob, ExecGrid, GridJob, Verdict
 
 _HEADER = struct.Struct("<I")
@@ -36,6 +36,15 @@ _BOOT = (
     "import sys; sys.path.insert(0, sys.argv[1]); "
     "from codea1.sandbox.zygote import worker_main; worker_main(sys.argv[2])"
 )
+
+
+def _site_dirs() -> list[str]:
+    """site-packages of this interpreter: workers start without ``site`` (-S) but keep these on the path."""
+    import site
+
+    return [d for d in getattr(site, "getsitepackages", list)() if os.path.isdir(d)]
+
+
 _REQUIRED_LAYERS = ("net_ns", "pid_ns", "mount_ns", "rlimits", "seccomp", "landlock", "cgroup_pids")
 
 
@@ -59,13 +68,13 @@ class _Worker:
         self.index, self.cfg, self.root, self.tag = index, cfg, root, tag
         self.generation = 0
         self.proc: subprocess.Popen[bytes] | None = None
-        self.cgroups: isolation.WorkerCgroups | None = None
+        self.cgroups: cgroups.WorkerCgroups | None = None
         self.layers: dict[str, str] = {}
 
     def spawn(self) -> None:
         """Start the process (the ready message is read by :meth:`wait_ready`)."""
         self.generation += 1
-        self.cgroups = isolation.WorkerCgroups(
+        self.cgroups = cgroups.WorkerCgroups(
             f"codea1-{self.tag}-w{self.index}-g{self.generation}",
             memory_bytes=(self.cfg.memory_mb + 512) << 20,
             pids_max=128,
@@ -79,9 +88,10 @@ class _Worker:
             "scratch_mb": 256,
             "isolation": self.cfg.isolation,
             "cgroup_procs": self.cgroups.procs_files(),
+            "site_dirs": _site_dirs(),
         }
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-c", _BOOT, _PACKAGE_ROOT, json.dumps(plan)],
+            [sys.executable, "-I", "-S", "-c", _BOOT, _PACKAGE_ROOT, marshal.dumps(plan).hex()],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             env=isolation.worker_environment(), cwd=scratch, start_new_session=True, bufsize=0,
         )  # fmt: skip
@@ -96,10 +106,8 @@ class _Worker:
 
     def send(self, obj: Any) -> None:
         """Send one message to the worker."""
-        import pickle
-
         assert self.proc is not None and self.proc.stdin is not None
-        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        data = marshal.dumps(obj)
         try:
             self.proc.stdin.write(_HEADER.pack(len(data)) + data)
         except (BrokenPipeError, OSError) as e:
@@ -107,13 +115,11 @@ class _Worker:
 
     def receive(self, timeout: float) -> Any:
         """Receive one message within ``timeout`` seconds."""
-        import pickle
-
         assert self.proc is not None and self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
         deadline = time.monotonic() + timeout
         head = self._read(fd, 4, deadline)
-        return pickle.loads(self._read(fd, _HEADER.unpack(head)[0], deadline))
+        return marshal.loads(self._read(fd, _HEADER.unpack(head)[0], deadline))
 
     def _read(self, fd: int, n: int, deadline: float) -> bytes:
         buf = bytearray()
@@ -169,13 +175,21 @@ class _Worker:
             return failed_outcome(task, f"sandbox worker failed: {e}")
 
 
+def _proc_ticks(pid: int, with_children: bool) -> int:
+    """utime + stime (+ cutime + cstime) of ``pid`` from /proc, in clock ticks."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    own = int(fields[11]) + int(fields[12])
+    return own + (int(fields[13]) + int(fields[14]) if with_children else 0)
+
+
 class Sandbox:
     """Isolated execution of untrusted programs against tests (see docs/sandbox.md)."""
 
     def __init__(self, config: SandboxConfig | None = None) -> None:
         self.config = config or default_sandbox_config()
+        check_config(self.config)
         n = self.config.workers or os.cpu_count() or 1
-        isolation.remove_stale_cgroups()
+        cgroups.remove_stale_cgroups()
         self._root = tempfile.mkdtemp(prefix="codea1-sandbox-")
         tag = f"{os.getpid()}-{id(self) & 0xFFFFFF:x}"
         self._workers = [_Worker(i, self.config, self._root, tag) for i in range(n)]
@@ -217,7 +231,11 @@ class Sandbox:
         return [checks.check_verdict(o) for o in self.run_tasks(tasks)]
 
     def run_tasks(self, tasks: Sequence[ProgramTask]) -> list[ProgramOutcome]:
-        """Run program tasks in parallel over the workers; results in task order."""
+        """Run program tasks in parallel over the workers; results in task order.
+
+        Every task's budgets were validated when it was made, so nothing here starts a task that
+        could fail only because of its configuration.
+        """
         if self._closed:
             raise SandboxUnavailable("the sandbox is closed")
         results: list[ProgramOutcome | None] = [None] * len(tasks)
@@ -245,6 +263,24 @@ class Sandbox:
                 for t in threads:
                     t.join()
         return [r if r is not None else failed_outcome(tasks[i], "not run") for i, r in enumerate(results)]
+
+    def worker_cpu_s(self) -> float:
+        """CPU seconds used so far by the live workers and every process they reaped (jobs, tests).
+
+        Between calls of :meth:`run_tasks` every job process has been reaped, so differences of
+        this value measure the sandbox's own cost. A worker that was restarted is reaped by this
+        process instead (``RUSAGE_CHILDREN``). Resolution: one clock tick (Linux ``/proc``).
+        """
+        tick = os.sysconf("SC_CLK_TCK")
+        total = 0
+        for pid in self.worker_pids():
+            try:
+                children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+                total += _proc_ticks(pid, with_children=False)
+                total += sum(_proc_ticks(int(c), with_children=True) for c in children)
+            except (OSError, ValueError):
+                continue
+        return total / tick
 
     def worker_pids(self) -> list[int]:
         """Pids of the running worker processes (the outer process of each)."""

@@ -4,16 +4,17 @@ P (forked by the job runner) closes every fd but its report pipe, applies rlimit
 executes the program's definitions once under the load budget, and reports ``("load", status,
 reason)``. For each expression it forks C, which adds seccomp F2 and the CPU budget, evaluates the
 expression, encodes the value with the safe codec and writes it to its own pipe. P forwards
-``("test", index, exit code, cpu seconds, wall-killed, child bytes)``; the parent decodes all of it.
+a ``b"T"`` frame (:data:`~codea1.sandbox.value_codec.TEST_RECORD`: index, exit code, CPU seconds,
+wall-killed; then the child's bytes); the parent decodes all of it.
 Imports: standard library and the lean sandbox modules only.
 """
 
 from __future__ import annotations
 
 import builtins
+import functools
 import gc
 import io
-import math
 import os
 import resource
 import select
@@ -22,8 +23,17 @@ import sys
 import time
 from typing import Any
 
-from codea1.sandbox import isolation, seccomp
-from codea1.sandbox.value_codec import END_FRAME, CodecError, encode, frame
+from codea1.sandbox import isolation
+from codea1.sandbox.value_codec import (
+    END_FRAME,
+    RESULT_RAISE,
+    RESULT_UNENCODABLE,
+    RESULT_VALUE,
+    TEST_RECORD,
+    CodecError,
+    encode,
+    frame,
+)  # fmt: skip
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -60,7 +70,29 @@ def _isolate_fds(report_fd: int) -> int:
     return 3
 
 
-def program_main(task: dict[str, Any], report_fd: int, context: dict[str, Any], protected: list[int]) -> None:
+def warm_up() -> None:
+    """Do, once in the zygote, the lazy initialisations that every fork would otherwise repeat.
+
+    The first ``compile()`` of a process builds the ``_ast`` node types (about 2.5 ms); the first
+    use of the codec, the print sink and the random state cost a little more. Everything here is
+    trusted code on constant inputs, so the state every job starts from stays the same.
+    """
+    ns: dict[str, Any] = {"__builtins__": builtins}
+    exec(compile("def _warm(x):\n    return [x, (x,), {x: x}]\n", "<warm>", "exec"), ns)
+    eval(compile("_warm(1)", "<warm>", "eval"), ns)
+    body = frame(RESULT_VALUE + encode([1, 2.0, "s", b"b", None, (1,), {1: 2}, {3}]))
+    frame(b"T" + TEST_RECORD.pack(0, 0, 0.0, False) + body)
+    frame(encode(("load", "pass", "")))
+    _CappedSink(16).write("warm")
+    rng = sys.modules.get("random")
+    if rng is not None:
+        functools.partial(rng.setstate, rng.getstate())
+
+
+def program_main(
+    task: dict[str, Any], report_fd: int, context: dict[str, Any], protected: tuple[int, int, int]
+) -> None:
+    out = report_fd
     try:
         if context["pid_ns"]:
             os.setsid()
@@ -70,12 +102,15 @@ def program_main(task: dict[str, Any], report_fd: int, context: dict[str, Any], 
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
             signal.signal(sig, signal.SIG_DFL)
         n = len(task["exprs"])
-        isolation.apply_program_rlimits(task["memory_mb"], task["load_cpu_s"] + 0.003 * n)
-        if context["seccomp"]:
-            seccomp.install(seccomp.program_filter(protected))
-            seccomp.test_filter(0)  # build the per-test template once, before any fork
+        isolation.apply_program_rlimits(task["memory_mb"], task["load_cpu_s"] + 0.003 * n, task["test_cpu_s"])
+        if context["filters"] is not None:
+            context["filters"].install_program(protected)
+        rng = sys.modules.get("random")  # fork handlers reseed it from urandom: restart it from 0
+        if rng is not None:
+            rng.seed(0)
+            getstate, setstate = rng.getstate, rng.setstate
     except BaseException as e:  # noqa: BLE001
-        _send(report_fd, ("load", "error", f"sandbox setup failed: {type(e).__name__}: {e}"))
+        _send(out, ("load", "error", f"sandbox setup failed: {type(e).__name__}: {e}"))
         os._exit(0)
     sys.stdout = sys.stderr = _CappedSink()
     load_status, load_reason, ns, check = _load(task)
@@ -83,9 +118,10 @@ def program_main(task: dict[str, Any], report_fd: int, context: dict[str, Any], 
     if load_status == "pass":
         for sig in (signal.SIGPROF, signal.SIGXCPU, signal.SIGALRM):  # undo handlers set by the definitions
             signal.signal(sig, signal.SIG_DFL)
+        restore = functools.partial(setstate, getstate()) if rng is not None else None
         gc.freeze()
         for i, expr in enumerate(task["exprs"]):
-            _run_one(i, expr, task, ns, check, out, context["seccomp"])
+            _run_one(i, expr, task, ns, check, out, (context["filters"], restore))
     _write_all(out, END_FRAME)
     os._exit(0)
 
@@ -121,7 +157,7 @@ def _load(task: dict[str, Any]) -> tuple[str, str, dict[str, Any], Any]:
 
 
 def _run_one(
-    i: int, expr: str, task: dict[str, Any], ns: dict[str, Any], check: Any, out: int, filt: bool
+    i: int, expr: str, task: dict[str, Any], ns: dict[str, Any], check: Any, out: int, setup: tuple[Any, Any]
 ) -> None:
     r, w = os.pipe()
     start = time.monotonic()
@@ -130,7 +166,7 @@ def _run_one(
         try:
             os.close(r)
             os.close(out)
-            _child_main(expr, task, ns, check, w, filt)
+            _child_main(expr, task, ns, check, w, setup)
         finally:
             os._exit(122)
     os.close(w)
@@ -154,15 +190,24 @@ def _run_one(
     _, status, usage = os.wait4(pid, 0)
     cpu = usage.ru_utime + usage.ru_stime
     code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-    _send(out, ("test", i, code, cpu, killed, bytes(data[:cap])))
+    _write_all(out, frame(b"T" + TEST_RECORD.pack(i, code, cpu, killed) + bytes(data[:cap])))
 
 
-def _child_main(expr: str, task: dict[str, Any], ns: dict[str, Any], check: Any, w: int, filt: bool) -> None:
+def _child_main(
+    expr: str, task: dict[str, Any], ns: dict[str, Any], check: Any, w: int, setup: tuple[Any, Any]
+) -> None:
+    """One test: F2, CPU budget, the program's random state at fork time, then the expression.
+
+    ``setup`` is (prepared seccomp filters or None, restore-random-state callable or None).
+    """
+    filters, restore = setup
     try:
-        if filt:
-            seccomp.install(seccomp.test_filter(os.getpid()))
+        if filters is not None:
+            filters.install_test(os.getpid())
+        if restore is not None:
+            restore()
         budget = task["test_cpu_s"]
-        cpu = int(math.ceil(budget)) + 1
+        cpu = isolation.test_cpu_rlimit(budget)
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         signal.setitimer(signal.ITIMER_PROF, budget)
     except BaseException:  # noqa: BLE001
@@ -171,22 +216,26 @@ def _child_main(expr: str, task: dict[str, Any], ns: dict[str, Any], check: Any,
     try:
         if check is not None:
             value = check(ns[task["entry_point"]])
-            payload: tuple[Any, ...] = ("ok", encode(None))
+            payload = RESULT_VALUE + encode(None)
         else:
             value = eval(compile(expr, "<test>", "eval"), ns)
-            payload = ("ok", encode(value, task["max_output_bytes"]))
+            payload = RESULT_VALUE + encode(value, task["max_output_bytes"])
     except CodecError as e:
-        payload = ("unencodable", str(e))
+        payload = RESULT_UNENCODABLE + _utf8(str(e))
     except BaseException as e:  # noqa: BLE001
-        payload = ("raise", _type_name(e))
+        payload = RESULT_RAISE + _utf8(_type_name(e))
     signal.setitimer(signal.ITIMER_PROF, 0)
     if os.getpid() != me:
         os._exit(0)
     try:
-        _write_all(w, frame(encode(payload, task["max_output_bytes"] + 512)))
+        _write_all(w, frame(payload))
     except BaseException:  # noqa: BLE001
         os._exit(121)
     os._exit(0)
+
+
+def _utf8(text: str) -> bytes:
+    return text[:300].encode("utf-8", "replace")
 
 
 def _type_name(e: BaseException) -> str:

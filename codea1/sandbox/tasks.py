@@ -9,17 +9,55 @@ malformed or duplicated is classified conservatively (never a pass).
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from codea1.config import SandboxConfig
-from codea1.sandbox.value_codec import CodecError, decode, split_frames
+from codea1.sandbox.value_codec import (
+    RESULT_RAISE,
+    RESULT_UNENCODABLE,
+    RESULT_VALUE,
+    TEST_RECORD,
+    CodecError,
+    decode,
+    split_frames,
+)  # fmt: skip
 
 ExprKind = Literal["value", "raise", "timeout", "memory", "unencodable", "error"]
 LoadStatus = Literal["pass", "error", "timeout", "memory"]
 _TIMEOUT_SIGNALS = {signal.SIGPROF, signal.SIGXCPU, signal.SIGVTALRM}
+MAX_CPU_S = 3600.0
+"""Largest CPU budget accepted for a program's definitions or for one expression."""
+
+
+def budget_problems(load_cpu_s: float, test_cpu_s: float, wall_factor: float, memory_mb: int,
+                    max_output_bytes: int) -> list[str]:  # fmt: skip
+    """Why these budgets cannot be enforced (empty when they can)."""
+    out = []
+    for name, value in (("load_cpu_s", load_cpu_s), ("test_cpu_s", test_cpu_s)):
+        if not (isinstance(value, int | float) and math.isfinite(value) and 0 < value <= MAX_CPU_S):
+            out.append(f"{name} must be a number of seconds in (0, {MAX_CPU_S:g}], got {value!r}")
+    if not (isinstance(wall_factor, int | float) and math.isfinite(wall_factor) and 1 <= wall_factor <= 100):
+        out.append(
+            f"wall_factor must be in [1, 100] (the wall backstop may not undercut the CPU budget), got {wall_factor!r}"
+        )
+    if not (isinstance(memory_mb, int) and 64 <= memory_mb <= 1 << 20):
+        out.append(f"memory_mb must be an integer in [64, {1 << 20}], got {memory_mb!r}")
+    if not (isinstance(max_output_bytes, int) and 64 <= max_output_bytes <= 1 << 26):
+        out.append(f"max_output_bytes must be an integer in [64, {1 << 26}], got {max_output_bytes!r}")
+    return out
+
+
+def check_config(cfg: SandboxConfig) -> None:
+    """Raise ValueError when ``cfg``'s budgets cannot be enforced."""
+    problems = budget_problems(
+        cfg.load_cpu_s, cfg.test_cpu_s, cfg.wall_factor, cfg.memory_mb, cfg.max_output_bytes
+    )
+    if problems:
+        raise ValueError("sandbox config: " + "; ".join(problems))
 
 
 @dataclass(frozen=True)
@@ -35,6 +73,13 @@ class ProgramTask:
     wall_factor: float = 3.0
     memory_mb: int = 2048
     max_output_bytes: int = 65536
+
+    def __post_init__(self) -> None:
+        problems = budget_problems(
+            self.load_cpu_s, self.test_cpu_s, self.wall_factor, self.memory_mb, self.max_output_bytes
+        )
+        if problems:
+            raise ValueError("; ".join(problems))
 
     @classmethod
     def make(
@@ -110,36 +155,34 @@ def _classify_dead_child(code: int, cpu: float, killed: bool, budget: float) -> 
     return ExprOutcome("error", f"exited without a result (exit code {code})")
 
 
-def _expr_outcome(record: tuple[Any, ...], budget: float) -> ExprOutcome:
-    _, _, code, cpu, killed, child_bytes = record
+def _expr_outcome(head: tuple[int, int, float, bool], child_bytes: bytes, budget: float) -> ExprOutcome:
+    _, code, cpu, killed = head
     payloads, _ = split_frames(child_bytes, max_frames=1)
     if payloads:
-        try:
-            msg = decode(payloads[0])
-        except CodecError:
-            msg = None
-        if type(msg) is tuple and len(msg) == 2 and type(msg[1]) in (str, bytes):
-            kind, body = msg
-            if kind == "ok" and type(body) is bytes:
-                try:
-                    return ExprOutcome("value", value=decode(body))
-                except (CodecError, RecursionError):
-                    return ExprOutcome("unencodable", "unencodable value")
-            if kind == "raise" and type(body) is str:
-                if body == "MemoryError":
-                    return ExprOutcome("memory", "MemoryError")
-                return ExprOutcome("raise", body)
-            if kind == "unencodable" and type(body) is str:
-                return ExprOutcome("unencodable", f"unencodable value: {body}")
+        kind, body = payloads[0][:1], payloads[0][1:]
+        if kind == RESULT_VALUE:
+            try:
+                return ExprOutcome("value", value=decode(body))
+            except (CodecError, RecursionError):
+                return ExprOutcome("unencodable", "unencodable value")
+        if kind in (RESULT_RAISE, RESULT_UNENCODABLE):
+            text = body[:300].decode("utf-8", "replace")
+            if kind == RESULT_UNENCODABLE:
+                return ExprOutcome("unencodable", f"unencodable value: {text}")
+            if text == "MemoryError":
+                return ExprOutcome("memory", "MemoryError")
+            return ExprOutcome("raise", text)
     return _classify_dead_child(code, cpu, killed, budget)
 
 
-def _valid_test_record(rec: Any, n: int) -> bool:
-    return (
-        type(rec) is tuple and len(rec) == 6 and rec[0] == "test" and type(rec[1]) is int
-        and 0 <= rec[1] < n and type(rec[2]) is int and type(rec[3]) is float and type(rec[4]) is bool
-        and type(rec[5]) is bytes
-    )  # fmt: skip
+def _test_record(payload: bytes, n: int) -> tuple[tuple[int, int, float, bool], bytes] | None:
+    """A program's ``b"T"`` frame → (head, child bytes), or None when it is malformed."""
+    if payload[:1] != b"T" or len(payload) < 1 + TEST_RECORD.size:
+        return None
+    head = TEST_RECORD.unpack_from(payload, 1)
+    if not (head[0] < n and math.isfinite(head[2])):
+        return None
+    return head, payload[1 + TEST_RECORD.size :]
 
 
 def _load_from_status(raw: dict[str, Any], task: ProgramTask) -> tuple[LoadStatus, str]:
@@ -170,11 +213,11 @@ def parse_result(task: ProgramTask, raw: dict[str, Any]) -> ProgramOutcome:
     load: tuple[LoadStatus, str] | None = None
     results: dict[int, ExprOutcome] = {}
     for payload in payloads:
-        try:
-            rec = decode(payload)
-        except (CodecError, RecursionError):
-            continue
         if load is None:
+            try:
+                rec = decode(payload)
+            except (CodecError, RecursionError):
+                continue
             if (
                 type(rec) is tuple
                 and len(rec) == 3
@@ -183,8 +226,9 @@ def parse_result(task: ProgramTask, raw: dict[str, Any]) -> ProgramOutcome:
             ):
                 load = (rec[1], str(rec[2])[:300])
             continue
-        if _valid_test_record(rec, len(task.exprs)) and rec[1] not in results:
-            results[rec[1]] = _expr_outcome(rec, task.test_cpu_s)
+        test = _test_record(payload, len(task.exprs))
+        if test is not None and test[0][0] not in results:
+            results[test[0][0]] = _expr_outcome(test[0], test[1], task.test_cpu_s)
     if load is None:
         load = _load_from_status(raw, task)
     if load[0] != "pass":

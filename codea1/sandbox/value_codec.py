@@ -11,7 +11,6 @@ loaded by the sandbox worker, which must stay lean).
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from typing import Any
 
 MAX_DEPTH = 100
@@ -27,12 +26,34 @@ class CodecError(ValueError):
     """A value that cannot be encoded within the caps, or bytes that are not a valid encoding."""
 
 
-@dataclass(frozen=True)
 class Opaque:
-    """A value that is not plain data: compared by type name and repr only."""
+    """A value that is not plain data: compared by type name and repr only (immutable).
 
+    A plain class rather than a dataclass: ``dataclasses`` would pull ``inspect`` into the lean
+    sandbox worker, and every module there makes each fork dearer.
+    """
+
+    __slots__ = ("type_name", "repr")
     type_name: str
     repr: str
+
+    def __init__(self, type_name: str, repr: str) -> None:  # noqa: A002 - the field's name
+        object.__setattr__(self, "type_name", type_name)
+        object.__setattr__(self, "repr", repr)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Opaque is immutable (cannot set {name!r})")
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Opaque:
+            return NotImplemented
+        return (self.type_name, self.repr) == (other.type_name, other.repr)
+
+    def __hash__(self) -> int:
+        return hash((Opaque, self.type_name, self.repr))
+
+    def __repr__(self) -> str:
+        return f"Opaque(type_name={self.type_name!r}, repr={self.repr!r})"
 
 
 def _qualname(value: Any) -> str:
@@ -223,6 +244,14 @@ def frame(payload: bytes) -> bytes:
 
 END_FRAME = _U32.pack(0)
 """The frame that ends a stream."""
+
+TEST_RECORD = struct.Struct("<Iid?")
+"""Head of a program's per-test frame, after the tag ``b"T"``: expression index, exit code (negative:
+killed by that signal), CPU seconds, killed by the wall backstop. The test child's own frame
+follows; its payload is one kind byte (``RESULT_*``) and a body."""
+RESULT_VALUE, RESULT_RAISE, RESULT_UNENCODABLE = b"o", b"r", b"u"
+"""Kinds of a test child's result: a codec-encoded value; an exception type name; why the value
+could not be encoded (both UTF-8)."""
 
 
 def split_frames(data: bytes, max_frames: int = 1 << 20) -> tuple[list[bytes], bool]:

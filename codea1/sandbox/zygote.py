@@ -11,16 +11,16 @@ Process tree of one worker (research/sandbox.md §5)::
 
 After each job the zygote SIGKILLs every other process in its namespace and wipes the scratch
 dir. Values cross from C to P to R as frames of :mod:`value_codec` bytes; the parent decodes them.
-Messages between the parent and R are length-prefixed pickles (trusted to trusted only).
+Messages between the parent and R are length-prefixed ``marshal`` dumps of plain dicts (trusted to
+trusted only; ``marshal`` needs no native library, unlike ``pickle``).
 Imports: standard library and the lean sandbox modules only (no numpy/torch here).
 """
 
 from __future__ import annotations
 
 import gc
-import json
+import marshal
 import os
-import pickle
 import select
 import signal
 import struct
@@ -29,15 +29,16 @@ import time
 from typing import Any
 
 from codea1.sandbox import isolation, landlock, seccomp
-from codea1.sandbox.program import program_main
+from codea1.sandbox.program import program_main, warm_up
 from codea1.sandbox.value_codec import end_offset
 
 _HEADER = struct.Struct("<I")
 _PRELOAD = (
-    "math cmath re collections itertools functools heapq bisect string typing random statistics "
-    "fractions decimal operator copy json datetime hashlib array dataclasses enum numbers textwrap "
-    "unicodedata"
+    "math re collections itertools functools heapq bisect string typing random operator copy numbers textwrap"
 ).split()
+"""Imported once in the zygote: what typical programs import. Modules with large native libraries
+(hashlib, decimal, datetime, json, ...) are left to the programs that use them: every library
+mapped into the zygote makes every later fork (two per program, one per test) dearer."""
 _EXIT_PARENT_GONE = 3
 
 
@@ -47,18 +48,18 @@ _EXIT_PARENT_GONE = 3
 
 
 def write_message(fd: int, obj: Any) -> None:
-    """Write one length-prefixed pickle (trusted → trusted only)."""
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    """Write one length-prefixed message (trusted → trusted only)."""
+    data = marshal.dumps(obj)
     _write_all(fd, _HEADER.pack(len(data)) + data)
 
 
 def read_message(fd: int) -> Any:
-    """Read one length-prefixed pickle; ``None`` at end of stream."""
+    """Read one length-prefixed message; ``None`` at end of stream."""
     head = _read_exact(fd, 4)
     if head is None:
         return None
     data = _read_exact(fd, _HEADER.unpack(head)[0])
-    return None if data is None else pickle.loads(data)
+    return None if data is None else marshal.loads(data)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -82,9 +83,10 @@ def _read_exact(fd: int, n: int) -> bytes | None:
 # --------------------------------------------------------------------------------------------------
 
 
-def worker_main(plan_json: str) -> None:
-    """Entry point of a worker process (``plan_json`` comes from the parent's pool)."""
-    plan = json.loads(plan_json)
+def worker_main(plan_hex: str) -> None:
+    """Entry point of a worker process (``plan_hex``: the parent's plan, marshalled, in hex)."""
+    plan = marshal.loads(bytes.fromhex(plan_hex))
+    sys.path.extend(plan["site_dirs"])  # started with -S: no .pth processing, just the directories
     layers: dict[str, str] = {}
     for path in plan["cgroup_procs"]:
         try:
@@ -115,13 +117,14 @@ def _zygote(plan: dict[str, Any], layers: dict[str, str]) -> None:
     os.chdir(scratch)
     for name in _PRELOAD:
         __import__(name)
+    warm_up()
     sys.modules["random"].seed(0)
     enabled = plan["isolation"] != "none"
     why = seccomp.unavailable_reason() if enabled else "isolation=none"
     layers["seccomp"] = isolation.ACTIVE if not why else isolation.unavailable(why)
     layers["rlimits"] = isolation.ACTIVE
     if enabled:
-        ro, rw = isolation.confinement_paths(scratch)
+        ro, rw = isolation.confinement_paths(scratch, plan["site_dirs"])
         try:
             abi = landlock.restrict_self(ro, rw)
             layers["landlock"] = isolation.ACTIVE if abi else isolation.unavailable("no ABI")
@@ -131,7 +134,7 @@ def _zygote(plan: dict[str, Any], layers: dict[str, str]) -> None:
         layers["landlock"] = isolation.unavailable("isolation=none")
     context = {
         "scratch": os.path.join(scratch, "job"),
-        "seccomp": layers["seccomp"] == isolation.ACTIVE,
+        "filters": seccomp.PreparedFilters() if layers["seccomp"] == isolation.ACTIVE else None,
         "pid_ns": os.getpid() == 1,
     }
     gc.collect()
@@ -205,9 +208,13 @@ def _run_program(task: dict[str, Any], context: dict[str, Any]) -> dict[str, Any
     n = len(task["exprs"])
     test_wall = task["wall_factor"] * task["test_cpu_s"] + 0.5
     load_wall = task["wall_factor"] * task["load_cpu_s"] + 0.5
-    deadline = time.monotonic() + load_wall + n * (test_wall + 0.05) + 1.0
+    start = time.monotonic()
+    deadline = start + load_wall + n * (test_wall + 0.05) + 1.0
+    # until the first frame (the load report) arrives, the definitions' own wall backstop applies:
+    # P's CPU hard limit leaves room for its tests' limits, so it is not the load's backstop
+    load_deadline = min(deadline, start + load_wall + 0.5)
     cap = n * (task["max_output_bytes"] + 1200) + 65536
-    protected = sorted({os.getpid(), os.getppid(), 1})
+    protected = (1, os.getppid(), os.getpid())
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -222,7 +229,7 @@ def _run_program(task: dict[str, Any], context: dict[str, Any]) -> dict[str, Any
     data = bytearray()
     scanned, ended, exited, overflow, timed_out = 0, False, False, False, False
     while not ended and not overflow:
-        remaining = deadline - time.monotonic()
+        remaining = (deadline if scanned or ended else load_deadline) - time.monotonic()
         if remaining <= 0:
             timed_out = True
             break

@@ -9,6 +9,7 @@ import pytest
 
 from codea1.config import SandboxConfig
 from codea1.sandbox import Sandbox, grid
+from codea1.sandbox.tasks import ProgramTask
 from codea1.types import CheckJob, ExecGrid, GridJob, TestCase
 
 REF = "def f(x):\n    return x * 2\n"
@@ -152,3 +153,11 @@ def test_evalplus_reference_solutions_pass_their_harness(sandbox: Sandbox) -> No
         code = info["imports"] + "\n" + code
         jobs.append(CheckJob(info["question_id"], code, info["function_name"], r["test"], cpu_s=10.0))
     assert [v.status for v in sandbox.run_checks(jobs)] == ["pass"] * 3
+
+
+def test_random_starts_alike_in_every_job_and_every_test(sandbox: Sandbox) -> None:
+    code = "import random\nA = random.random()\ndef f(x):\n    return (A, random.random())\n"
+    task = ProgramTask.make(code, "f", ("f(1)", "f(2)"), sandbox.config)
+    first, second = sandbox.run_tasks([task, task])
+    values = [e.value for e in first.exprs + second.exprs]
+    assert len(set(values)) == 1 and values[0][0] != values[0][1]

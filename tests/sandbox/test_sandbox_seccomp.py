@@ -91,3 +91,30 @@ def test_landlock_limits_reads_and_writes(tmp_path) -> None:  # type: ignore[no-
 
     assert _in_child(body) == 0
     assert not (tmp_path / "new").exists()
+
+
+@needs_seccomp
+def test_prepared_filters_match_the_built_ones_and_behave_the_same() -> None:
+    prepared = seccomp.PreparedFilters()
+
+    def body() -> int:
+        prepared._f2.patch((os.getpid(),))
+        if bytes(prepared._f2.buf.raw) != seccomp.test_filter(os.getpid()):
+            return 3
+        prepared.install_program((1, os.getppid(), os.getppid()))
+        for attempt in (lambda: socket.socket(), lambda: os.kill(os.getppid(), 0), lambda: os.kill(-1, 0)):
+            try:
+                attempt()
+                return 1
+            except PermissionError:
+                pass
+        os.kill(os.getpid(), 0)
+        prepared.install_test(os.getpid())
+        os.kill(os.getpid(), 0)
+        try:
+            os.fork()
+            return 2
+        except PermissionError:
+            return 0
+
+    assert _in_child(body) == 0
