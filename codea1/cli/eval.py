@@ -42,6 +42,12 @@ def _common(p: argparse.ArgumentParser) -> None:
         "--cache-dir", type=Path, default=None, help="reference timings cache (default ~/.cache/codea1/eval)"
     )
     p.add_argument("--workers", type=int, default=0, help="sandbox workers (0 = one per core)")
+    p.add_argument(
+        "--memory-mb",
+        type=int,
+        default=4096,
+        help="address-space limit per program in MiB (MBPP/255's reference peaks near 2.4 GB)",
+    )
     p.add_argument("--chunk", type=int, default=16, help="problems per sampling/checking round")
     p.add_argument("--budget-floor", type=float, default=4.0, help="min CPU seconds of one harness check")
     p.add_argument(
@@ -153,7 +159,7 @@ def make_sandbox(args: argparse.Namespace) -> Any:
     """The sandbox pool (imported lazily: it starts worker processes)."""
     from codea1.sandbox.pool import Sandbox
 
-    return Sandbox(SandboxConfig(workers=args.workers))
+    return Sandbox(SandboxConfig(workers=args.workers, memory_mb=args.memory_mb))
 
 
 def load_model(spec: str, args: argparse.Namespace) -> Policy:
