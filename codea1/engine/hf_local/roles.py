@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
+import torch
+
 from codea1.config import EngineConfig, OptimConfig
-from codea1.engine.hf_local.learner import HFLearner
+from codea1.engine.hf_local.learner import WEIGHTS_FILE, HFLearner
 from codea1.engine.hf_local.policy import HFPolicy
 from codea1.engine.hf_local.weights import AdapterWeights, FullWeights, MergedRolloutCopy
-from codea1.engine.loading import load_model_and_tokenizer
+from codea1.engine.loading import ModelLoadError, load_model_and_tokenizer
 
 
 @dataclass
@@ -145,10 +148,47 @@ def load_policy(model_spec: str, engine_cfg: EngineConfig, batch_size: int = 16)
     """An inference-only policy (evaluation): the model named by ``model_spec``, frozen, in eval mode.
 
     ``model_spec`` takes every form :func:`~codea1.engine.loading.resolve_model` accepts (hub id,
-    directory, GGUF file, ``smollm2-135m``).
+    directory, GGUF file, ``smollm2-135m``), or a role directory of a training checkpoint
+    (``RUN_DIR/checkpoints/step_000010/coder``): its base model and holding mode come from the
+    checkpoint's ``config.yaml``, and the trained weights (full, or a LoRA adapter merged into the
+    base) are loaded on top.
     """
+    role_dir = Path(model_spec)
+    if (role_dir / WEIGHTS_FILE).is_file() and (role_dir.parent / "config.yaml").is_file():
+        return _load_checkpoint_policy(role_dir, engine_cfg, batch_size)
     model, tok = load_model_and_tokenizer(
         model_spec, engine_cfg.dtype, engine_cfg.device, engine_cfg.cache_dir
     )
+    model.requires_grad_(False).eval()
+    return HFPolicy(lambda: model, tok, batch_size)
+
+
+def _load_checkpoint_policy(role_dir: Path, engine_cfg: EngineConfig, batch_size: int) -> HFPolicy:
+    from safetensors.torch import load_file
+
+    from codea1.config import ConfigError, load_config
+
+    try:
+        trained = load_config(str(role_dir.parent / "config.yaml")).engine
+    except ConfigError as e:
+        raise ModelLoadError(f"{role_dir}: cannot read the checkpoint's config.yaml: {e}") from None
+    role = role_dir.name
+    base = trained.tester_model if role == "tester" and trained.tester_model else trained.coder_model
+    model, tok = load_model_and_tokenizer(base, engine_cfg.dtype, engine_cfg.device, engine_cfg.cache_dir)
+    tensors = load_file(str(role_dir / WEIGHTS_FILE))
+    if trained.mode == "adapters":
+        model, _ = _with_adapters(model, trained, [role], rollout="unmerged")
+    params = dict(model.named_parameters())
+    unknown = sorted(set(tensors) - set(params))
+    if unknown:
+        raise ModelLoadError(
+            f"{role_dir / WEIGHTS_FILE} does not fit base model {base!r} ({len(unknown)} unknown tensors, "
+            f"e.g. {unknown[0]})"
+        )
+    with torch.no_grad():
+        for name, value in tensors.items():
+            params[name].copy_(value.to(params[name].device, params[name].dtype))
+    if trained.mode == "adapters":
+        model = model.merge_and_unload()
     model.requires_grad_(False).eval()
     return HFPolicy(lambda: model, tok, batch_size)
