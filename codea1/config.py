@@ -29,13 +29,11 @@ class ConfigError(ValueError):
 
 @dataclass
 class DataConfig:
-    """Which problems to train and evaluate on."""
+    """Which problems to train on (evaluate checkpoints with `codea1 eval code --model RUN_DIR/checkpoints/step_N/coder`)."""
 
     train: str = "demo:train"
     """Training problems: ``demo:train``, ``demo:heldout``, ``humanevalplus``, ``mbppplus``, ``humaneval``,
     ``kodcode`` or a path to a JSONL/parquet file (our format or the reference implementation's)."""
-    eval: str = "demo:heldout"
-    """Held-out problems evaluated during training (same forms as ``train``); empty to disable."""
     problems_per_step: int = 2
     """B: problems drawn per training step (256 in the paper)."""
     seed: int = 1
@@ -247,10 +245,6 @@ class TrainConfig:
     """Checkpoint every N steps (and always at the end)."""
     keep_last: int = 2
     """Checkpoints kept."""
-    eval_every: int = 0
-    """Evaluate the coder on ``data.eval`` every N steps (0 = only at the end, if eval is set)."""
-    eval_samples: int = 1
-    """Samples per held-out problem at evaluation."""
 
 
 @dataclass

@@ -20,6 +20,7 @@ from codea1.config import EngineConfig, SandboxConfig
 from codea1.core.estimators import ks_for
 from codea1.engine.base import Policy, SamplingParams
 from codea1.eval.budgets import check_budget, reference_failures, reference_timings
+from codea1.eval.code_eval import with_golden_harness
 from codea1.eval.errata import apply_errata, errata_fingerprint
 from codea1.eval.results import ResultStore, format_table, write_json_atomic
 from codea1.types import Problem
@@ -128,7 +129,7 @@ def load_benchmark(args: argparse.Namespace) -> list[Problem]:
         problems = load_problems(args.data, limit=args.limit)
     except ValueError as e:
         raise CliError(str(e)) from None
-    problems, reports = apply_errata(problems)
+    problems, reports = apply_errata([with_golden_harness(p) for p in problems])
     for r in reports:
         _say(f"errata: {r.problem_id}: {r.outcome}")
     return problems

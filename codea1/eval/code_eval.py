@@ -13,6 +13,8 @@ Imports: types, core.estimators, data.prompts, data.parsing, engine.base (Policy
 from __future__ import annotations
 
 import ast
+import dataclasses
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -76,6 +78,19 @@ def code_of(problem: Problem, item: CodeInput) -> tuple[str | None, str]:
         return (item.text, "") if item.text.strip() else (None, "empty solution")
     extraction = extract_code(item.text, problem.entry_point)
     return (extraction.code, "") if extraction.ok else (None, extraction.reason or "no code")
+
+
+def with_golden_harness(problem: Problem) -> Problem:
+    """``problem`` with a harness built from its golden tests when it has none (e.g. the demo set).
+
+    The harness binds the entry point's name to the candidate inside ``check``, so golden asserts
+    written as ``assert f(...) == ...`` call the candidate; each assert runs in order.
+    """
+    if problem.harness or not problem.golden_tests:
+        return problem
+    body = "\n".join(textwrap.indent(t.strip(), "    ") for t in problem.golden_tests)
+    harness = f"def check(candidate):\n    {problem.entry_point} = candidate\n{body}\n"
+    return dataclasses.replace(problem, harness=harness)
 
 
 def check_completions(
