@@ -142,6 +142,14 @@ def scripted_script(problems: Sequence[Problem]) -> tuple[Responder, Responder]:
     return coder, tester
 
 
+def byte_lengths(cfg: RunConfig) -> None:
+    """The scripted engine's tokens are bytes: widen the length limits so that its canned answers
+    (whole solutions, several asserts) are neither cut nor skipped by limits sized for real tokens."""
+    for role in (cfg.coder, cfg.tester):
+        role.sampling.max_new_tokens = max(role.sampling.max_new_tokens, 4096)
+        role.sampling.max_prompt_tokens = max(role.sampling.max_prompt_tokens, 16384)
+
+
 def expand_model_paths(cfg: RunConfig) -> None:
     """Fill ``${VAR}`` in the model fields from the environment; an unset variable is a clear error."""
     for name in ("coder_model", "tester_model"):
@@ -237,6 +245,8 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"data.train={cfg.data.train!r} has no usable problems")
     run_dir.mkdir(parents=True, exist_ok=True)
     if not resume:
+        if cfg.engine.kind == "scripted":
+            byte_lengths(cfg)
         dump_config(cfg, run_dir / RESUME_CONFIG)
     models = build_models(cfg, problems)
     try:
