@@ -23,6 +23,7 @@ from codea1.data.parsing import extract_tests
 from codea1.data.prompts import tester_messages
 from codea1.engine.base import Policy, SamplingParams
 from codea1.eval.code_eval import Checker, CodeInput, candidate_program, check_completions, code_of
+from codea1.eval.results import group_by_source
 from codea1.types import CheckJob, Problem, TestCase, TestExtraction
 
 _COMPARE = """
@@ -117,11 +118,7 @@ def rank_and_select(
 
 def summarize_bon(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
     """Per benchmark and overall: chosen / random / oracle pass@1 (percent)."""
-    groups: dict[str, list[Mapping[str, Any]]] = {}
-    for r in records:
-        groups.setdefault(r["source"] or "unknown", []).append(r)
-    if len(groups) > 1:
-        groups["all"] = list(records)
+    groups = group_by_source(records)
     out: dict[str, dict[str, float]] = {}
     for name, rows in groups.items():
         n = len(rows)

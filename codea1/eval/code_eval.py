@@ -23,6 +23,7 @@ from codea1.core.estimators import mean_avg_at_k, mean_pass_at_k
 from codea1.data.parsing import extract_code
 from codea1.data.prompts import coder_messages
 from codea1.engine.base import Policy, SamplingParams
+from codea1.eval.results import group_by_source
 from codea1.types import CheckJob, Problem, Verdict
 
 
@@ -146,11 +147,7 @@ def summarize_code(records: Sequence[Mapping[str, Any]], ks: Sequence[int]) -> d
 
     Every problem must have at least ``max(ks)`` samples. Keys: ``pass@k``, ``avg@k``, ``problems``.
     """
-    groups: dict[str, list[Mapping[str, Any]]] = {}
-    for r in records:
-        groups.setdefault(r["source"] or "unknown", []).append(r)
-    if len(groups) > 1:
-        groups["all"] = list(records)
+    groups = group_by_source(records)
     out: dict[str, dict[str, float]] = {}
     for name, rows in groups.items():
         short = [r["id"] for r in rows if len(r["correct"]) < max(ks)]

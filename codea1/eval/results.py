@@ -15,7 +15,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -128,3 +128,13 @@ def _fmt(v: float | int | None) -> str:
     if isinstance(v, int):
         return str(v)
     return f"{v:.2f}"
+
+
+def group_by_source(records: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    """Per-problem records grouped by benchmark (their ``source``), plus ``all`` when there are several."""
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for r in records:
+        groups.setdefault(r["source"] or "unknown", []).append(r)
+    if len(groups) > 1:
+        groups["all"] = list(records)
+    return groups

@@ -28,6 +28,7 @@ from codea1.engine.base import Policy, SamplingParams
 from codea1.eval.code_eval import Checker, candidate_program
 from codea1.eval.coverage_run import reference_coverage
 from codea1.eval.mutants import generate_mutants
+from codea1.eval.results import group_by_source
 from codea1.types import CheckJob, ExecGrid, GridJob, Problem, TestExtraction
 
 
@@ -171,11 +172,7 @@ def _record(
 
 def summarize_tests(records: Sequence[Mapping[str, Any]], k: int) -> dict[str, dict[str, float]]:
     """Per benchmark and over all problems: validity, pass@k, mut@k, coverage, Mul, detection (percent)."""
-    groups: dict[str, list[Mapping[str, Any]]] = {}
-    for r in records:
-        groups.setdefault(r["source"] or "unknown", []).append(r)
-    if len(groups) > 1:
-        groups["all"] = list(records)
+    groups = group_by_source(records)
     out: dict[str, dict[str, float]] = {}
     for name, rows in groups.items():
         considered = sum(len(r["tests"]) for r in rows)
