@@ -7,10 +7,13 @@ is used; chunked vs unchunked log-probs agree to ~1e-6 (1e-4 used).
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
 from codea1.config import EngineConfig, OptimConfig
+from codea1.core.losses import policy_loss
 from codea1.engine.base import SamplingParams, TrainBatch
 from codea1.engine.hf_local import build_roles, lr_factor
 from codea1.engine.hf_local.logprobs import response_logprobs
@@ -21,14 +24,8 @@ GEN_TOL = 1e-3
 PROMPTS = ["Write a Python function add(a, b).", "Say hi."]
 
 
-def pg_loss(lp, old, ref, adv, mask, entropy=None):
-    """Token-mean policy-gradient loss with ratio and k3 KL (a stand-in for core.losses)."""
-    ratio = torch.exp(lp - old)
-    per_token = -(ratio * adv[:, None])
-    if ref is not None:
-        per_token = per_token + 0.001 * (torch.exp(ref - lp) - (ref - lp) - 1)
-    loss = (per_token * mask).sum() / mask.sum()
-    return loss, {"ratio_mean": float(((ratio * mask).sum() / mask.sum()).detach())}
+pg_loss = functools.partial(policy_loss, kl_coef=0.001)
+"""The project's PPO-clip loss (codea1.core.losses) with the paper's hyper-parameters."""
 
 
 def _build(mode: str):
@@ -83,7 +80,7 @@ def test_separate_mode_generation_logprobs_kl_and_update(separate, tmp_path):
     tester_before = {n: p.detach().clone() for n, p in separate.tester_learner.params.items()}
     batch.ref_logprobs = recomputed
     stats = learner.train_step(batch, pg_loss)
-    assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-5) and stats["lr"] == 1e-3
+    assert stats["loss/ratio_mean"] == pytest.approx(1.0, abs=1e-5) and stats["lr"] == 1e-3
     assert all(k in stats for k in ("loss", "grad_norm", "tokens", "seconds"))
     changed = [n for n, p in learner.params.items() if not torch.equal(p, before[n])]
     assert len(changed) == len(before)
