@@ -169,6 +169,8 @@ def step_metrics(
             "exec/history_pass_rate": _mean([b.history_pass_rate for b in hist]),
             "exec/codes_with_history": float(len(hist)),
         }
+        reasons = sorted({r for x in suite_r for r in x.invalid_by_reason})
+        m |= {f"tester/invalid/{r}": _mean([x.invalid_by_reason.get(r, 0) for x in suite_r]) for r in reasons}
     else:  # golden tests
         m["exec/code_valid_rate"] = _mean([float(v) for s in scores for v in s.code_valid])
         m["exec/golden_pass_rate"] = _mean(rewards)
