@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from trainer_fakes import InProcessGrid, build_models, problems
+from trainer_fakes import build_models, problems
 
 from codea1.checkpoint import latest_checkpoint, list_checkpoints
 from codea1.config import load_config
@@ -27,13 +27,9 @@ BASE = [
 
 @pytest.fixture(scope="module")
 def sandbox():
-    """The real sandbox when it can start here, else the in-process runner (toy trusted code)."""
-    try:
-        from codea1.sandbox.pool import Sandbox
-    except ImportError:
-        yield InProcessGrid()
-        return
+    """The real sandbox (two workers, shared by the module's tests)."""
     from codea1.config import SandboxConfig
+    from codea1.sandbox.pool import Sandbox
 
     with Sandbox(SandboxConfig(workers=2)) as sb:
         yield sb

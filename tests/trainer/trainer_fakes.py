@@ -1,6 +1,5 @@
-"""Helpers of the trainer tests: a few toy problems, the scripted roles of ``--engine scripted``,
-an in-process grid runner (fallback when the sandbox cannot start) and a runnable entry point for
-kill/interrupt tests in a separate process."""
+"""Helpers of the trainer tests: a few toy problems, the scripted roles of ``--engine scripted`` and
+a runnable entry point for kill/interrupt tests in a separate process."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from codea1.engine.base import Completion, SamplingParams
-from codea1.types import ExecGrid, GridJob, OracleVerdict, Verdict
 
 VOCAB = 256
 
@@ -47,54 +45,6 @@ def build_models(probs: Sequence[Any], shared: bool = False) -> Any:
     return scripted_roles(probs, seed=0, shared=shared)
 
 
-class InProcessGrid:
-    """Runs grid jobs in this process with ``exec`` (trusted toy code only; the real runner is the sandbox)."""
-
-    def run_grids(
-        self, jobs: Sequence[GridJob], *, rel_tol: float = 1e-6, abs_tol: float = 1e-6
-    ) -> list[ExecGrid]:
-        return [self._run(job) for job in jobs]
-
-    @staticmethod
-    def _run(job: GridJob) -> ExecGrid:
-        ref_ns: dict[str, Any] = {}
-        exec(job.reference, ref_ns)  # noqa: S102
-        oracle, values = [], []
-        for t in job.tests:
-            try:
-                value = eval(t.call, ref_ns)  # noqa: S307
-            except Exception as e:  # noqa: BLE001
-                oracle.append(OracleVerdict("invalid", type(e).__name__))
-                values.append(None)
-                continue
-            try:
-                ok = eval(t.predicted, {}) == value  # noqa: S307
-            except Exception:  # noqa: BLE001
-                ok = False
-            oracle.append(OracleVerdict("valid" if ok else "wrong_prediction"))
-            values.append(value)
-        status, grid = [], []
-        for code in job.codes:
-            ns: dict[str, Any] = {}
-            try:
-                exec(code, ns)  # noqa: S102
-                loaded = callable(ns.get(job.entry_point))
-            except Exception:  # noqa: BLE001
-                loaded = False
-            status.append(Verdict("pass" if loaded else "error"))
-            row = []
-            for t, o, v in zip(job.tests, oracle, values, strict=True):
-                if not loaded or not o.usable:
-                    row.append(Verdict("invalid"))
-                    continue
-                try:
-                    row.append(Verdict("pass" if eval(t.call, ns) == v else "fail"))  # noqa: S307
-                except Exception as e:  # noqa: BLE001
-                    row.append(Verdict("error", type(e).__name__))
-            grid.append(tuple(row))
-        return ExecGrid(job.id, tuple(oracle), tuple(status), tuple(grid))
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """``python trainer_fakes.py RUN_DIR STEPS [--resume] [--delay S]``: a whole run with the fakes
     in a process of its own (for kill/interrupt tests); the tester's rollouts sleep ``delay`` s."""
@@ -124,13 +74,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return slow(prompts, params)
 
     models.tester_policy.generate = slow_generate  # type: ignore[method-assign]
-    try:
-        from codea1.sandbox.pool import Sandbox
-    except ImportError:
-        summary = Trainer(cfg, models, probs, InProcessGrid(), Path(args.run_dir)).run(resume=args.resume)
-    else:
-        with Sandbox(SandboxConfig(workers=1)) as sb:
-            summary = Trainer(cfg, models, probs, sb, Path(args.run_dir)).run(resume=args.resume)
+    from codea1.sandbox.pool import Sandbox
+
+    with Sandbox(SandboxConfig(workers=1)) as sb:
+        summary = Trainer(cfg, models, probs, sb, Path(args.run_dir)).run(resume=args.resume)
     print(f"done step {summary.last_step}", flush=True)
     return 130 if summary.interrupted else 0
 
