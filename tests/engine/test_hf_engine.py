@@ -111,6 +111,7 @@ def test_adapters_mode_moves_only_the_active_adapter(adapters):
     assert _max_diff([c.logprobs for c in comps], recomputed) < GEN_TOL  # merged rollout copy
     assert coder.logprobs(batch, reference=True) == recomputed  # B = 0: adapters start as the base
 
+    batch.ref_logprobs = recomputed
     snapshot = {n: p.detach().clone() for n, p in peft_model.named_parameters()}
     coder.train_step(batch, pg_loss)
     moved = {n for n, p in peft_model.named_parameters() if not torch.equal(p, snapshot[n])}
