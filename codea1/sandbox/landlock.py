@@ -12,6 +12,8 @@ import ctypes
 import os
 import struct
 
+from codea1.sandbox.probe import denied_in_child
+
 _SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
 _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH = 1
@@ -96,18 +98,4 @@ def unavailable_reason() -> str:
     abi = abi_version()
     if abi <= 0:
         return "kernel has no Landlock (not built in or not in the LSM list)"
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            restrict_self(["/usr"], [])
-            try:
-                os.listdir("/")
-            except PermissionError:
-                code = 0
-        except BaseException:  # noqa: BLE001
-            code = 2
-        os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    code = os.waitstatus_to_exitcode(status)
-    return "" if code == 0 else f"probe failed (exit {code})"
+    return denied_in_child(lambda: restrict_self(["/usr"], []), lambda: os.listdir("/"))

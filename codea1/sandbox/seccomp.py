@@ -20,6 +20,8 @@ import errno
 import os
 import struct
 
+from codea1.sandbox.probe import denied_in_child
+
 AUDIT_ARCH_X86_64 = 0xC000003E
 _RET_ALLOW = 0x7FFF0000
 _RET_KILL_PROCESS = 0x80000000
@@ -224,18 +226,4 @@ def unavailable_reason() -> str:
     """Empty when seccomp filters can be used here, else why not (probed in a forked child)."""
     if os.uname().machine != "x86_64":
         return f"filters are written for x86_64, this is {os.uname().machine}"
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            install(test_filter(os.getpid()))
-            try:
-                os.fork()
-            except PermissionError:
-                code = 0
-        except BaseException:  # noqa: BLE001
-            code = 2
-        os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    code = os.waitstatus_to_exitcode(status)
-    return "" if code == 0 else f"probe failed (exit {code})"
+    return denied_in_child(lambda: install(test_filter(os.getpid())), os.fork)
