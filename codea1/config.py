@@ -9,6 +9,7 @@ are used.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -432,6 +433,9 @@ def _build(cls: type, raw: Any, prefix: str, source: str) -> Any:
         raise ConfigError(f"{source}: {e}") from None
 
 
+_YAML11_EXPONENT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
 def _coerce(tp: Any, value: Any, key: str, source: str) -> Any:
     origin = typing.get_origin(tp)
     if dataclasses.is_dataclass(tp):
@@ -463,6 +467,8 @@ def _coerce(tp: Any, value: Any, key: str, source: str) -> Any:
             raise ConfigError(f"{source}: {key} must be null")
         return None
     if tp is float:
+        if isinstance(value, str) and _YAML11_EXPONENT.fullmatch(value.strip()):
+            value = float(value)  # YAML 1.1 reads 1e-4 (no dot) as a string
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{source}: {key} must be a number, got {type(value).__name__} {value!r}")
         return float(value)

@@ -97,6 +97,15 @@ def register(subparsers: Any) -> None:
     bon.add_argument("--tests-per-suite", type=int, default=8)
     bon.set_defaults(func=run_bon)
 
+    cmp = sub.add_parser("compare", help="before vs after: paired bootstrap of two code evaluations")
+    cmp.add_argument("before", type=Path, help="results JSONL or metrics JSON of `eval code` (baseline)")
+    cmp.add_argument("after", type=Path, help="results JSONL or metrics JSON of `eval code` (new model)")
+    cmp.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
+    cmp.add_argument("--confidence", type=float, default=0.95, help="confidence level of the interval")
+    cmp.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    cmp.add_argument("--output", type=Path, help="write the comparison JSON here")
+    cmp.set_defaults(func=run_compare)
+
     bcb = sub.add_parser("bigcodebench", help="BigCodeBench through the bigcodebench package")
     bcb.add_argument("--model", required=True)
     bcb.add_argument("--split", default="complete", choices=["complete", "instruct"])
@@ -266,7 +275,56 @@ def run_code(args: argparse.Namespace) -> int:
         _close(sandbox)
     records = [store.records[p.id] for p in problems]
     metrics = summarize_code(records, ks_for(n))
-    return _finish(metrics, f"code generation ({model_id}, n={n})", args.output)
+    print(format_table(metrics, f"code generation ({model_id}, n={n})"))
+    if args.output is not None:  # the per-problem file rides along for `eval compare`
+        write_json_atomic(args.output, {**metrics, "results": str(store.path.resolve())})
+        _say(f"wrote {args.output}")
+    return 0
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """``codea1 eval compare``."""
+    from codea1.eval.compare import compare_records, delta_table
+
+    before, after = _code_records(args.before), _code_records(args.after)
+    try:
+        deltas = compare_records(
+            before, after, resamples=args.resamples, confidence=args.confidence, seed=args.seed
+        )
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    table = delta_table(deltas)
+    print(
+        format_table(table, f"{args.after} vs {args.before} (paired bootstrap, {args.resamples} resamples)")
+    )
+    if args.output is not None:
+        meta = {"before": str(args.before), "after": str(args.after), "resamples": args.resamples}
+        write_json_atomic(args.output, {**table, "comparison": meta})
+        _say(f"wrote {args.output}")
+    return 0
+
+
+def _code_records(path: Path) -> list[dict[str, Any]]:
+    """Per-problem records from a results JSONL, or from the file a metrics JSON names."""
+    from codea1.eval.results import read_json, read_jsonl
+
+    if not path.is_file():
+        raise CliError(f"{path}: no such file")
+    try:
+        if path.suffix == ".json":
+            data = read_json(path)
+            named = data.get("results") if isinstance(data, dict) else None
+            if not isinstance(named, str):
+                raise CliError(
+                    f"{path}: a metrics JSON without a 'results' file (re-run `eval code --output`)"
+                )
+            return _code_records(Path(named))
+        rows = read_jsonl(path)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    if rows and "run_key" in rows[0]:
+        rows = rows[1:]
+    return rows
 
 
 def run_tests(args: argparse.Namespace) -> int:

@@ -73,6 +73,10 @@ def test_overrides_apply_and_are_typed(tmp_path: Path) -> None:
     assert cfg.reward.alpha == 0.75
     assert cfg.mistake_book.enabled is False
     assert cfg.engine.lora_targets == ("q_proj",)
+    # YAML 1.1 reads 1e-4 (no dot) as a string; float fields accept it, other strings stay errors.
+    assert load_config(str(p), ["coder.optim.lr=1e-4", "tester.optim.lr=2E+3"]).coder.optim.lr == 1e-4
+    with pytest.raises(ConfigError, match="coder.optim.lr must be a number"):
+        load_config(str(p), ["coder.optim.lr=fast"])
     with pytest.raises(ConfigError, match="reward.bogus"):
         load_config(str(p), ["reward.bogus=1"])
     with pytest.raises(ConfigError, match="section.field=value"):

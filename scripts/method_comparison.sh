@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The method comparison (method §11.1): Code-A1 against the Golden Tests and Self-Play baselines,
+# trained for the same number of steps from the same model, data order and seed, then each final
+# coder evaluated on the held-out split and HumanEval+ beside the base model.
+#
+#   export CODEA1_QWEN_MODEL=/path/to/qwen2.5-coder-0.5b-instruct.gguf
+#   scripts/method_comparison.sh                       # train, then evaluate, then report
+#   STEPS=2 scripts/method_comparison.sh --engine scripted   # a dry run of the training half
+#
+# Environment: EXP_DIR (default runs/methods-<time>), STEPS (default 8), METHODS (default
+# "a1 golden selfplay"), PRESET (default qwen-coder-0.5b-cpu), HELDOUT_N (samples per held-out
+# problem, default 4), SKIP_HUMANEVAL=1 to evaluate on the held-out split only. Extra arguments go
+# to every `codea1 train`. Every phase resumes: rerunning the script skips finished training runs
+# and already-checked problems.
+set -euo pipefail
+exp_dir="${EXP_DIR:-runs/methods-$(date +%Y%m%d-%H%M%S)}"
+steps="${STEPS:-8}"
+methods="${METHODS:-a1 golden selfplay}"
+preset="${PRESET:-qwen-coder-0.5b-cpu}"
+heldout_n="${HELDOUT_N:-4}"
+base_model="${CODEA1_QWEN_MODEL:?set CODEA1_QWEN_MODEL to the base model (GGUF file or directory)}"
+mkdir -p "$exp_dir/eval"
+
+for method in $methods; do
+    run="$exp_dir/$method"
+    if [[ -d "$run/checkpoints/step_$steps" ]]; then
+        echo "== $method: step $steps already trained"
+    elif [[ -d "$run/checkpoints" ]]; then
+        echo "== $method: resuming $run"
+        codea1 train --resume "$run" --steps "$steps" "$@"
+    else
+        echo "== $method -> $run"
+        codea1 train --preset "$preset" --method "$method" --steps "$steps" --run-dir "$run" "$@"
+    fi
+done
+
+# One sampling protocol for every model, so before and after differ only by the weights.
+eval_code() {  # eval_code MODEL DATA NAME N
+    codea1 eval code --model "$1" --data "$2" --n "$4" --temperature 0.7 --top-p 0.95 \
+        --max-new-tokens 384 --dtype bfloat16 --device cpu --seed 0 \
+        --results-dir "$exp_dir/eval/results" --output "$exp_dir/eval/$3.json"
+}
+benchmarks="demo:heldout"
+[[ "${SKIP_HUMANEVAL:-0}" == 1 ]] || benchmarks="$benchmarks humanevalplus"
+for data in $benchmarks; do
+    tag="${data//:/-}"
+    n=1
+    [[ "$data" == demo:heldout ]] && n="$heldout_n"
+    echo "== evaluating base on $data"
+    eval_code "$base_model" "$data" "$tag-base" "$n"
+    for method in $methods; do
+        echo "== evaluating $method on $data"
+        eval_code "$exp_dir/$method/checkpoints/step_$steps/coder" "$data" "$tag-$method" "$n"
+        cp "$exp_dir/eval/$tag-$method.json" "$exp_dir/$method/eval/" 2>/dev/null \
+            || { mkdir -p "$exp_dir/$method/eval" && cp "$exp_dir/eval/$tag-$method.json" "$exp_dir/$method/eval/"; }
+    done
+    for method in $methods; do
+        codea1 eval compare "$exp_dir/eval/$tag-base.json" "$exp_dir/eval/$tag-$method.json" \
+            --output "$exp_dir/eval/$tag-$method-vs-base.json"
+    done
+done
+
+codea1 report $(for m in $methods; do echo "$exp_dir/$m"; done) --output "$exp_dir/report"
+echo "done: $exp_dir/report/index.html"

@@ -1,0 +1,58 @@
+"""Paired bootstrap: exact edge cases, determinism, and the normal-theory width on a large sample."""
+
+import numpy as np
+import pytest
+
+from codea1.core.bootstrap import paired_bootstrap
+
+
+def test_identical_scores_give_a_zero_delta_and_a_point_interval() -> None:
+    s = [0.0, 1.0, 0.5, 1.0]
+    d = paired_bootstrap(s, s, resamples=500)
+    assert (d.delta, d.ci_low, d.ci_high) == (0.0, 0.0, 0.0)
+    assert d.p_not_better == 1.0  # every resample has delta <= 0
+    assert (d.improved, d.worsened, d.problems) == (0, 0, 4)
+
+
+def test_every_problem_fixed_is_a_certain_gain() -> None:
+    d = paired_bootstrap([0, 0, 0], [1, 1, 1], resamples=200)
+    assert (d.before, d.after, d.delta, d.ci_low, d.ci_high) == (0.0, 1.0, 1.0, 1.0, 1.0)
+    assert d.p_not_better == 0.0 and d.improved == 3
+
+
+def test_mixed_changes_hand_computed_means_and_counts() -> None:
+    before = [1, 0, 0, 1, 0.5]
+    after = [1, 1, 0, 0, 1.0]
+    d = paired_bootstrap(before, after, resamples=2000, seed=3)
+    assert d.before == pytest.approx(0.5) and d.after == pytest.approx(0.6)
+    assert d.delta == pytest.approx(0.1)
+    assert (d.improved, d.worsened) == (2, 1)
+    assert d.ci_low < 0.0 < d.delta < d.ci_high  # one problem lost: the gain is not certain
+    assert 0.0 < d.p_not_better < 1.0
+    assert d == paired_bootstrap(before, after, resamples=2000, seed=3)  # deterministic per seed
+
+
+def test_interval_width_matches_normal_theory_on_a_large_sample() -> None:
+    rng = np.random.default_rng(0)
+    before = rng.integers(0, 2, 2000).astype(float)
+    after = np.where(rng.random(2000) < 0.2, 1 - before, before)  # 20 % of problems flip
+    d = paired_bootstrap(before, after, resamples=4000, seed=1)
+    diff = after - before
+    half = 1.96 * diff.std(ddof=1) / np.sqrt(diff.size)
+    assert (d.ci_high - d.ci_low) / 2 == pytest.approx(half, rel=0.1)
+    assert d.ci_low < d.delta < d.ci_high
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "kwargs", "match"),
+    [
+        ([], [], {}, "no problems"),
+        ([1.0], [1.0, 0.0], {}, "equal-length"),
+        ([float("nan")], [1.0], {}, "finite"),
+        ([1.0], [1.0], {"resamples": 0}, "resamples"),
+        ([1.0], [1.0], {"confidence": 1.0}, "confidence"),
+    ],
+)
+def test_bad_inputs_are_refused_with_a_reason(before, after, kwargs, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        paired_bootstrap(before, after, **kwargs)

@@ -1,0 +1,88 @@
+"""`codea1 eval compare`: per-benchmark paired deltas from two `eval code` runs of the same problems."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from codea1.cli import main
+from codea1.eval.compare import compare_records, delta_table
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "eval"
+RIGHT = {
+    "fx/clamp": "```python\ndef clamp(x, lo, hi):\n    return min(max(x, lo), hi)\n```",
+    "fx/vowels": "```python\ndef count_vowels(s):\n    return sum(c in 'aeiouAEIOU' for c in s)\n```",
+}
+WRONG = {
+    "fx/clamp": "```python\ndef clamp(x, lo, hi):\n    return max(x, lo)\n```",
+    "fx/vowels": "```python\ndef count_vowels(s):\n    return sum(c in 'aeiou' for c in s)\n```",
+}
+FIZZ = "```python\ndef fizz(n):\n    return str(n)\n```"  # wrong in both runs
+
+
+def _rec(pid: str, source: str, correct: list[bool]) -> dict:
+    return {"id": pid, "source": source, "correct": correct}
+
+
+def test_compare_records_groups_by_benchmark_and_scores_fractions() -> None:
+    before = [_rec("a", "A", [False, False]), _rec("b", "A", [True, True]), _rec("c", "B", [False, True])]
+    after = [_rec("a", "A", [True, False]), _rec("b", "A", [True, True]), _rec("c", "B", [True, True])]
+    deltas = compare_records(before, after, resamples=300)
+    assert set(deltas) == {"A", "B", "all"}
+    assert deltas["A"].delta == pytest.approx(0.25) and deltas["B"].delta == pytest.approx(0.5)
+    assert deltas["all"].delta == pytest.approx((0.5 + 0 + 0.5) / 3)
+    row = delta_table(deltas)["all"]
+    assert row["before"] == pytest.approx(50.0) and row["improved"] == 2 and row["problems"] == 3
+
+
+def test_compare_records_refuses_different_problem_sets() -> None:
+    with pytest.raises(ValueError, match="1 only before, 0 only after"):
+        compare_records([_rec("a", "A", [True]), _rec("b", "A", [True])], [_rec("a", "A", [True])])
+    with pytest.raises(ValueError, match="'correct' list"):
+        compare_records([{"id": "a"}], [_rec("a", "A", [True])])
+
+
+def _eval(tmp_path: Path, name: str, rows: list[dict]) -> Path:
+    samples = tmp_path / f"{name}.jsonl"
+    samples.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / f"{name}.json"
+    argv = ["eval", "code", "--data", str(FIXTURES / "problems.jsonl"), "--samples", str(samples)]
+    argv += ["--output", str(out), "--results-dir", str(tmp_path / "results")]
+    argv += ["--cache-dir", str(tmp_path / "cache"), "--workers", "2"]
+    assert main(argv) == 0
+    return out
+
+
+def test_cli_compares_two_evaluations_through_their_metrics_files(tmp_path, capsys) -> None:
+    before = _eval(
+        tmp_path,
+        "before",
+        [{"id": k, "completion": v} for k, v in WRONG.items()] + [{"id": "fx/fizz", "completion": FIZZ}],
+    )
+    after = _eval(
+        tmp_path,
+        "after",
+        [{"id": "fx/clamp", "completion": RIGHT["fx/clamp"]}]
+        + [
+            {"id": "fx/vowels", "completion": WRONG["fx/vowels"]},
+            {"id": "fx/fizz", "completion": FIZZ},
+        ],
+    )
+    assert Path(json.loads(before.read_text())["results"]).is_file()
+    out = tmp_path / "cmp.json"
+    assert main(["eval", "compare", str(before), str(after), "--resamples", "500", "--output", str(out)]) == 0
+    table = json.loads(out.read_text())
+    # benchA = clamp + fizz (clamp fixed), benchB = vowels (unchanged); the sandbox judged every sample.
+    assert table["benchA"]["delta"] == pytest.approx(50.0) and table["benchA"]["improved"] == 1
+    assert table["benchB"]["delta"] == 0.0 and table["benchB"]["ci95_high"] == 0.0
+    assert table["all"]["before"] == 0.0 and table["all"]["after"] == pytest.approx(100 / 3)
+    assert "benchA" in capsys.readouterr().out
+
+
+def test_cli_compare_errors_are_clear(tmp_path, capsys) -> None:
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps({"all": {"pass@1": 1.0}}))
+    assert main(["eval", "compare", str(bare), str(bare)]) == 2
+    assert "without a 'results' file" in capsys.readouterr().err
+    assert main(["eval", "compare", str(tmp_path / "missing.jsonl"), str(bare)]) == 2
+    assert "no such file" in capsys.readouterr().err
