@@ -192,8 +192,8 @@ def _evaluation(runs: list[RunData]) -> str:
     header = ["run", "file", "benchmark"] + [e(m) for m in metrics]
     return (
         '<h2 id="eval-table">Latest evaluation</h2>'
-        "<p>The newest evaluation file of each run (highest step; a file without a step counts as final).</p>"
-        + _table(header, rows)
+        "<p>The newest evaluation files of each run (highest step, all benchmarks of that step; a file without a "
+        "step counts as final).</p>" + _table(header, rows)
     )
 
 

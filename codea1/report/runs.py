@@ -217,6 +217,9 @@ def _read_config(run: RunData) -> None:
 
 
 _STEP_IN_NAME = re.compile(r"(\d+)")
+_NOT_A_SCORE = frozenset({"problems", "improved", "worsened"})
+"""Eval fields that are counts, not scores over steps (kept in the table, not plotted)."""
+_STEP_WORD_IN_NAME = re.compile(r"step[_-]?(\d+)", re.IGNORECASE)
 
 
 def _read_evals(run: RunData) -> None:
@@ -244,8 +247,13 @@ def _read_evals(run: RunData) -> None:
     if not loaded:
         return
     loaded.sort(key=lambda item: item[:3])
-    _, _, source, step, rows = loaded[-1]
-    run.eval_table = EvalTable(source=source, step=step, rows=rows, n_files=len(loaded))
+    # every file of the newest step (e.g. one per benchmark) joins the table; later names win ties
+    newest = sorted((item for item in loaded if item[0] == loaded[-1][0]), key=lambda item: item[2])
+    merged: dict[str, dict[str, Any]] = {}
+    for *_, file_rows in newest:
+        merged.update(file_rows)
+    source = ", ".join(item[2] for item in newest)
+    run.eval_table = EvalTable(source=source, step=loaded[-1][3], rows=merged, n_files=len(loaded))
     _add_eval_series(run, [(s, r) for _, _, _, s, r in loaded if s is not None])
 
 
@@ -253,6 +261,9 @@ def _eval_step(path: Path, data: dict[str, Any]) -> int | None:
     step = data.get("step")
     if isinstance(step, int) and not isinstance(step, bool):
         return step
+    named = _STEP_WORD_IN_NAME.search(path.stem)  # step_8-humanevalplus.json -> 8
+    if named:
+        return int(named.group(1))
     numbers = _STEP_IN_NAME.findall(path.stem)
     return int(numbers[-1]) if numbers else None
 
@@ -263,6 +274,8 @@ def _add_eval_series(run: RunData, evals: list[tuple[int, dict[str, dict[str, An
     for step, rows in evals:
         for bench, metrics in rows.items():
             for metric, value in metrics.items():
+                if metric in _NOT_A_SCORE:
+                    continue
                 number = _as_float(value)
                 if number is not None:
                     points.setdefault(f"eval/{bench}/{metric}", {})[step] = number

@@ -85,6 +85,27 @@ def test_newest_eval_file_and_eval_series(tmp_path: Path) -> None:
     assert load_run(run).eval_table.source == "final.json"  # type: ignore[union-attr]
 
 
+def test_every_benchmark_file_of_the_newest_step_joins_the_table(tmp_path: Path) -> None:
+    run = tmp_path / "r"
+    write_metrics(run, ['{"step": 1}'])
+    (run / "eval").mkdir()
+    for step, he, heldout in ((0, 46.3, 50.0), (8, 47.0, 53.1)):
+        he_row = {"humanevalplus": {"pass@1": he, "problems": 164}, "results": "x.jsonl"}
+        (run / "eval" / f"step_{step}-humanevalplus.json").write_text(json.dumps(he_row), encoding="utf-8")
+        demo_row = {"demo": {"pass@1": heldout, "problems": 16}}
+        (run / "eval" / f"step_{step}-demo-heldout2.json").write_text(json.dumps(demo_row), encoding="utf-8")
+    data = load_run(run)
+    table = data.eval_table
+    assert table is not None and table.step == 8 and table.n_files == 4
+    assert table.source == "step_8-demo-heldout2.json, step_8-humanevalplus.json"
+    assert table.rows == {
+        "demo": {"pass@1": 53.1, "problems": 16},
+        "humanevalplus": {"pass@1": 47.0, "problems": 164},
+    }
+    assert data.series["eval/demo/pass@1"].steps.tolist() == [0, 8]  # the step word wins over "heldout2"
+    assert "eval/demo/problems" not in data.series  # counts are tabled, not plotted
+
+
 def test_missing_and_non_run_directories_are_errors(tmp_path: Path) -> None:
     with pytest.raises(ReportError, match="does not exist"):
         load_run(tmp_path / "missing")
