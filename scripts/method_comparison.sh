@@ -20,10 +20,11 @@ preset="${PRESET:-qwen-coder-0.5b-cpu}"
 heldout_n="${HELDOUT_N:-4}"
 base_model="${CODEA1_QWEN_MODEL:?set CODEA1_QWEN_MODEL to the base model (GGUF file or directory)}"
 mkdir -p "$exp_dir/eval"
+ckpt="step_$(printf %06d "$steps")"  # checkpoint directory name of the last step
 
 for method in $methods; do
     run="$exp_dir/$method"
-    if [[ -d "$run/checkpoints/step_$steps" ]]; then
+    if [[ -d "$run/checkpoints/$ckpt" ]]; then
         echo "== $method: step $steps already trained"
     elif [[ -d "$run/checkpoints" ]]; then
         echo "== $method: resuming $run"
@@ -50,9 +51,11 @@ for data in $benchmarks; do
     eval_code "$base_model" "$data" "$tag-base" "$n"
     for method in $methods; do
         echo "== evaluating $method on $data"
-        eval_code "$exp_dir/$method/checkpoints/step_$steps/coder" "$data" "$tag-$method" "$n"
-        cp "$exp_dir/eval/$tag-$method.json" "$exp_dir/$method/eval/" 2>/dev/null \
-            || { mkdir -p "$exp_dir/$method/eval" && cp "$exp_dir/eval/$tag-$method.json" "$exp_dir/$method/eval/"; }
+        eval_code "$exp_dir/$method/checkpoints/$ckpt/coder" "$data" "$tag-$method" "$n"
+        # the run's eval/ holds before (step 0) and after, so its report plots and tables both
+        mkdir -p "$exp_dir/$method/eval"
+        cp "$exp_dir/eval/$tag-base.json" "$exp_dir/$method/eval/step_0-$tag.json"
+        cp "$exp_dir/eval/$tag-$method.json" "$exp_dir/$method/eval/step_$steps-$tag.json"
     done
     for method in $methods; do
         codea1 eval compare "$exp_dir/eval/$tag-base.json" "$exp_dir/eval/$tag-$method.json" \
