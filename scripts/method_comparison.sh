@@ -5,20 +5,26 @@
 #
 #   export CODEA1_QWEN_MODEL=/path/to/qwen2.5-coder-0.5b-instruct.gguf
 #   scripts/method_comparison.sh                       # train, then evaluate, then report
-#   STEPS=2 scripts/method_comparison.sh --engine scripted   # a dry run of the training half
+#   STEPS=2 TRAIN_ONLY=1 scripts/method_comparison.sh --engine scripted   # a seconds-long dry run
 #
-# Environment: EXP_DIR (default runs/methods-<time>), STEPS (default 8), METHODS (default
+# Environment: EXP_DIR (default runs/methods-<time>), STEPS (default 6), METHODS (default
 # "a1 golden selfplay"), PRESET (default qwen-coder-0.5b-cpu), HELDOUT_N (samples per held-out
-# problem, default 4), SKIP_HUMANEVAL=1 to evaluate on the held-out split only. Extra arguments go
+# problem, default 4), SKIP_HUMANEVAL=1 to evaluate on the held-out split only, TRAIN_ONLY=1 to stop
+# after training (the scripted engine's checkpoints are not models to evaluate). Extra arguments go
 # to every `codea1 train`. Every phase resumes: rerunning the script skips finished training runs
 # and already-checked problems.
 set -euo pipefail
 exp_dir="${EXP_DIR:-runs/methods-$(date +%Y%m%d-%H%M%S)}"
-steps="${STEPS:-8}"
+steps="${STEPS:-6}"
 methods="${METHODS:-a1 golden selfplay}"
 preset="${PRESET:-qwen-coder-0.5b-cpu}"
 heldout_n="${HELDOUT_N:-4}"
-base_model="${CODEA1_QWEN_MODEL:?set CODEA1_QWEN_MODEL to the base model (GGUF file or directory)}"
+train_only="${TRAIN_ONLY:-0}"
+base_model="${CODEA1_QWEN_MODEL:-}"
+if [[ "$train_only" != 1 && -z "$base_model" ]]; then
+    echo "set CODEA1_QWEN_MODEL to the base model (GGUF file or directory), or TRAIN_ONLY=1" >&2
+    exit 2
+fi
 mkdir -p "$exp_dir/eval"
 ckpt="step_$(printf %06d "$steps")"  # checkpoint directory name of the last step
 
@@ -34,6 +40,11 @@ for method in $methods; do
         codea1 train --preset "$preset" --method "$method" --steps "$steps" --run-dir "$run" "$@"
     fi
 done
+
+if [[ "$train_only" == 1 ]]; then
+    codea1 report $(for m in $methods; do echo "$exp_dir/$m"; done) --output "$exp_dir/report"
+    exit 0
+fi
 
 # One sampling protocol for every model, so before and after differ only by the weights.
 eval_code() {  # eval_code MODEL DATA NAME N
