@@ -137,20 +137,33 @@ def _completion_stats(role: str, comps: Sequence[Any]) -> dict[str, float]:
 
 
 def step_metrics(
-    rollout: ro.Rollout, scores: Sequence[Any], history: dict[str, list[Any]], report: Any, book_size: int
+    rollout: ro.Rollout,
+    scores: Sequence[Any],
+    history: dict[str, list[Any]],
+    report: Any,
+    book_size: int | None,
+    *,
+    has_tester: bool = True,
 ) -> dict[str, float]:
-    """Rollout, execution and Mistake-Book metrics of one step (keys in docs/metrics.md)."""
+    """Rollout, execution and Mistake-Book metrics of one step (keys in docs/metrics.md).
+
+    A method without a Test LLM (golden) logs no ``tester/`` keys, and a run without a Mistake Book
+    (golden, or the book switched off: ``book_size`` None) logs no ``replay/`` keys, so plots show
+    absent series rather than misleading zeros.
+    """
     codes = [c for pr in rollout.problems for c in pr.codes]
     suites = [s for pr in rollout.problems for su in ({id(x): x for x in pr.suites}.values()) for s in su]
     rewards = [r for s in scores for r in s.code_rewards]
-    m = _completion_stats("coder", [c.completion for c in codes]) | _completion_stats("tester", suites)
+    m = _completion_stats("coder", [c.completion for c in codes])
+    if has_tester:
+        m |= _completion_stats("tester", suites)
+        m["tester/skipped_prompts"] = float(sum(s.role == "tester" for s in rollout.skipped))
     m |= {
         "coder/reward_mean": _mean(rewards),
         "coder/reward_std": float(np.std(rewards)) if rewards else 0.0,
         "coder/extract_ok_rate": _mean([1.0 if c.extraction.ok else 0.0 for c in codes]),
         "coder/problems": float(len(rollout.problems)),
         "coder/skipped_prompts": float(sum(s.role == "coder" for s in rollout.skipped)),
-        "tester/skipped_prompts": float(sum(s.role == "tester" for s in rollout.skipped)),
         "exec/scoring_errors": float(sum(bool(s.error) for s in scores)),
     }
     breakdowns = [b for s in scores for b in getattr(s, "breakdowns", ())]
@@ -179,10 +192,11 @@ def step_metrics(
     m["exec/verdicts"] = float(len(verdicts))
     m["exec/timeout_rate"] = _mean([1.0 if v == "timeout" else 0.0 for v in verdicts])
     m["exec/error_rate"] = _mean([1.0 if v == "error" else 0.0 for v in verdicts])
-    m["replay/tests_retrieved"] = float(sum(len(v) for v in history.values()))
-    m["replay/problems_hit"] = float(sum(1 for v in history.values() if v))
-    m |= {f"replay/{k}": float(v) for k, v in report.to_dict().items() if k != "step"}
-    m["replay/book_size"] = float(book_size)
+    if book_size is not None:
+        m["replay/tests_retrieved"] = float(sum(len(v) for v in history.values()))
+        m["replay/problems_hit"] = float(sum(1 for v in history.values() if v))
+        m |= {f"replay/{k}": float(v) for k, v in report.to_dict().items() if k != "step"}
+        m["replay/book_size"] = float(book_size)
     return m
 
 
@@ -295,11 +309,13 @@ class Trainer:
                 m.tester_learner.push_weights()
 
         with t.phase("metrics"):
-            metrics = step_metrics(rollout, scores, history, report, self.book.size())
-            metrics |= role_metrics("coder", coder_batch, coder_adv) | role_metrics(
-                "tester", tester_batch, tester_adv
-            )
-            metrics["tester/groups_selected"] = float(sum(len(s) for s in selected))
+            has_tester = self.method != "golden"
+            book_size = self.book.size() if has_tester and self.book.enabled else None
+            metrics = step_metrics(rollout, scores, history, report, book_size, has_tester=has_tester)
+            metrics |= role_metrics("coder", coder_batch, coder_adv)
+            if has_tester:
+                metrics |= role_metrics("tester", tester_batch, tester_adv)
+                metrics["tester/groups_selected"] = float(sum(len(s) for s in selected))
             metrics |= update_stats
             records = ro.sample_records(rollout, coder_batch, "coder", cfg.tracking.samples_per_step)
             records += ro.sample_records(rollout, tester_batch, "tester", cfg.tracking.samples_per_step)

@@ -96,8 +96,9 @@ def test_baseline_methods_run(tmp_path: Path, method: str) -> None:
     assert summary.last_step == 2 and len(rows) == 2
     assert "loss/coder/pg" in rows[-1] and "loss/tester/pg" not in rows[-1]
     if method == "golden":
-        assert "exec/golden_pass_rate" in rows[-1] and rows[-1]["tester/samples"] == 0
-        assert rows[-1]["replay/book_size"] == 0
+        assert "exec/golden_pass_rate" in rows[-1]
+        # no Test LLM and no Mistake Book: their series are absent, not zeros
+        assert not [k for k in rows[-1] if k.startswith(("tester/", "replay/"))]
     else:  # black-box suites: one shared group per problem, all trained
         assert rows[-1]["tester/trained_samples"] == 2 * 3 and rows[-1]["tester/groups"] == 2
         assert list((latest_checkpoint(tmp_path / "run")[1]).glob("tester")) == []  # one model saved once
@@ -106,7 +107,8 @@ def test_baseline_methods_run(tmp_path: Path, method: str) -> None:
 def test_no_mistake_book_and_alpha_switches(tmp_path: Path) -> None:
     make(tmp_path, "mistake_book.enabled=false", "reward.alpha=1.0").run()
     rows = read_metrics(tmp_path / "run")
-    assert rows[-1]["replay/book_size"] == 0 and not (tmp_path / "run" / "mistake_book.sqlite").exists()
+    assert not [k for k in rows[-1] if k.startswith("replay/")]  # no book, no replay series
+    assert not (tmp_path / "run" / "mistake_book.sqlite").exists()
     assert rows[-1]["tester/adversarial_mean"] >= 0
 
 
