@@ -284,7 +284,7 @@ def run_code(args: argparse.Namespace) -> int:
 
 def run_compare(args: argparse.Namespace) -> int:
     """``codea1 eval compare``."""
-    from codea1.eval.compare import compare_records, delta_table
+    from codea1.core.comparison import compare_records, delta_table
 
     before, after = _code_records(args.before), _code_records(args.after)
     try:

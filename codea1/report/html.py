@@ -182,19 +182,42 @@ def _evaluation(runs: list[RunData]) -> str:
     for run in with_eval:
         for values in run.eval_table.rows.values():  # type: ignore[union-attr]
             metrics += [m for m in values if m not in metrics]
+    with_deltas = any(run.eval_table.deltas for run in with_eval)  # type: ignore[union-attr]
     rows = []
     for run in with_eval:
         table = run.eval_table
         assert table is not None
         source = f"eval/{table.source}" + (f" (step {table.step})" if table.step is not None else "")
         for bench, values in table.rows.items():
-            rows.append([_td(run.name), _td(source), _td(bench)] + [_num(values.get(m)) for m in metrics])
+            row = [_td(run.name), _td(source), _td(bench)] + [_num(values.get(m)) for m in metrics]
+            if with_deltas:
+                row += _delta_cells(table.deltas.get(bench), table.baseline_step)
+            rows.append(row)
     header = ["run", "file", "benchmark"] + [e(m) for m in metrics]
+    note = ""
+    if with_deltas:
+        header += ["vs step", "before", "after", "Δ", "95 % CI of Δ", "p(Δ ≤ 0)"]
+        note = (
+            " Δ compares the newest evaluation with the run's earliest one of the same benchmark (e.g. the "
+            "base model saved as step 0): mean fraction of correct samples per problem, in percent, with a "
+            "paired bootstrap over problems (2,000 resamples; <code>codea1 eval compare</code> gives more)."
+        )
     return (
         '<h2 id="eval-table">Latest evaluation</h2>'
         "<p>The newest evaluation files of each run (highest step, all benchmarks of that step; a file without a "
-        "step counts as final).</p>" + _table(header, rows)
+        f"step counts as final).{note}</p>" + _table(header, rows)
     )
+
+
+def _delta_cells(delta: Any, baseline_step: int | None) -> list[str]:
+    if delta is None:
+        return [_td("—")] * 6
+    step = _td("—" if baseline_step is None else str(baseline_step))
+    ci = f"[{100 * delta.ci_low:+.1f}, {100 * delta.ci_high:+.1f}]"
+    return [
+        step, _num(100 * delta.before), _num(100 * delta.after),
+        _td(f"{100 * delta.delta:+.1f}"), _td(ci), _num(delta.p_not_better),
+    ]  # fmt: skip
 
 
 def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:

@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import yaml
 
+from codea1.core.bootstrap import PairedDelta
+from codea1.core.comparison import compare_records
 from codea1.tracking import METRICS_FILE
 
 CONFIG_FILE = "config.yaml"
@@ -53,6 +55,11 @@ class EvalTable:
     rows: dict[str, dict[str, Any]]
     n_files: int
     """How many evaluation files the run has."""
+    baseline_step: int | None = None
+    """Step of the earliest evaluation the newest one is compared with (``deltas``), if any."""
+    deltas: dict[str, PairedDelta] = field(default_factory=dict)
+    """Benchmark → paired bootstrap of newest vs earliest, when both files name their per-problem
+    results (``"results"``, written by ``codea1 eval code --output``) and those cover the same problems."""
 
 
 @dataclass
@@ -227,6 +234,7 @@ def _read_evals(run: RunData) -> None:
     directory = run.path / EVAL_DIR
     files = sorted(directory.glob("*.json")) if directory.is_dir() else []
     loaded: list[tuple[float, float, str, int | None, dict[str, dict[str, Any]]]] = []
+    results: dict[str, str] = {}  # file name -> its per-problem results file
     for path in files:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
@@ -244,6 +252,8 @@ def _read_evals(run: RunData) -> None:
         # newest = highest step; a file without a step (e.g. final.json) counts as after all steps
         order = math.inf if step is None else float(step)
         loaded.append((order, path.stat().st_mtime, path.name, step, rows))
+        if isinstance(data.get("results"), str):
+            results[path.name] = data["results"]
     if not loaded:
         return
     loaded.sort(key=lambda item: item[:3])
@@ -253,8 +263,49 @@ def _read_evals(run: RunData) -> None:
     for *_, file_rows in newest:
         merged.update(file_rows)
     source = ", ".join(item[2] for item in newest)
-    run.eval_table = EvalTable(source=source, step=loaded[-1][3], rows=merged, n_files=len(loaded))
+    baseline_step, deltas = _deltas_to_earliest(run, loaded, newest, results)
+    run.eval_table = EvalTable(
+        source=source, step=loaded[-1][3], rows=merged, n_files=len(loaded),
+        baseline_step=baseline_step, deltas=deltas,
+    )  # fmt: skip
     _add_eval_series(run, [(s, r) for _, _, _, s, r in loaded if s is not None])
+
+
+def _deltas_to_earliest(
+    run: RunData, loaded: list[Any], newest: list[Any], results: dict[str, str]
+) -> tuple[int | None, dict[str, PairedDelta]]:
+    """Per benchmark of the newest files: the paired delta against the earliest file of that benchmark."""
+    deltas: dict[str, PairedDelta] = {}
+    baseline_step: int | None = None
+    for _, _, name, _, rows in newest:
+        earlier = [item for item in loaded if item[0] < newest[0][0] and set(item[4]) & set(rows)]
+        if not earlier or name not in results or earlier[0][2] not in results:
+            continue
+        first = earlier[0]
+        before = _read_records(run, results[first[2]])
+        after = _read_records(run, results[name])
+        if before is None or after is None:
+            continue
+        try:
+            found = compare_records(before, after, resamples=2_000)
+        except ValueError as e:
+            run.warnings.append(f"{EVAL_DIR}/{name} vs {first[2]}: not compared ({e})")
+            continue
+        deltas.update({bench: d for bench, d in found.items() if bench in rows})
+        baseline_step = first[3]
+    return baseline_step, deltas
+
+
+def _read_records(run: RunData, path_text: str) -> list[dict[str, Any]] | None:
+    """The per-problem records of an ``eval code`` results file (header line dropped), or None."""
+    path = Path(path_text)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        rows = [json.loads(line) for line in lines if line.strip()]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        run.warnings.append(f"evaluation results {path} are unreadable ({type(e).__name__}); no delta")
+        return None
+    return [r for r in rows if isinstance(r, dict) and "run_key" not in r]
 
 
 def _eval_step(path: Path, data: dict[str, Any]) -> int | None:

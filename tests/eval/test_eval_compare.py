@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from codea1.cli import main
-from codea1.eval.compare import compare_records, delta_table
+from codea1.core.comparison import compare_records, delta_table
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "eval"
 RIGHT = {

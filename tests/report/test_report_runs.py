@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from codea1.report.figures import FIGURES, plan_figures
+from codea1.report.html import render_page
 from codea1.report.plots import smoothed
 from codea1.report.runs import ReportError, load_run, load_runs, unique_names
 
@@ -104,6 +105,36 @@ def test_every_benchmark_file_of_the_newest_step_joins_the_table(tmp_path: Path)
     }
     assert data.series["eval/demo/pass@1"].steps.tolist() == [0, 8]  # the step word wins over "heldout2"
     assert "eval/demo/problems" not in data.series  # counts are tabled, not plotted
+
+
+def _results(path: Path, correct: dict[str, list[bool]]) -> str:
+    lines = [json.dumps({"run_key": {"model": "m"}})]
+    lines += [json.dumps({"id": pid, "source": "he", "correct": c}) for pid, c in correct.items()]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def test_newest_evaluation_is_compared_with_the_earliest_when_results_are_named(tmp_path: Path) -> None:
+    run = tmp_path / "r"
+    write_metrics(run, ['{"step": 1}'])
+    (run / "eval").mkdir()
+    before = _results(tmp_path / "b.jsonl", {"p1": [False, False], "p2": [True, False], "p3": [True, True]})
+    after = _results(tmp_path / "a.jsonl", {"p1": [True, True], "p2": [True, False], "p3": [True, True]})
+    for step, score, results in ((0, 50.0, before), (6, 100 * 5 / 6, after)):
+        row = {"he": {"pass@1": score}, "results": results}
+        (run / "eval" / f"step_{step}-he.json").write_text(json.dumps(row), encoding="utf-8")
+    table = load_run(run).eval_table
+    assert table is not None and table.baseline_step == 0 and set(table.deltas) == {"he"}
+    d = table.deltas["he"]
+    assert (d.before, d.after, d.delta, d.improved, d.worsened) == (0.5, 5 / 6, pytest.approx(1 / 3), 1, 0)
+    page = render_page([load_run(run)], [], [], generated_at="now")
+    assert "95 % CI of Δ" in page and "+33.3" in page
+
+    # different problem sets are not paired: a warning, no delta
+    _results(tmp_path / "a.jsonl", {"p1": [True], "p9": [True]})
+    data = load_run(run)
+    assert data.eval_table is not None and not data.eval_table.deltas
+    assert any("not compared" in w and "different problems" in w for w in data.warnings)
 
 
 def test_missing_and_non_run_directories_are_errors(tmp_path: Path) -> None:

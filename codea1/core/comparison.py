@@ -3,8 +3,9 @@
 Each side is the per-problem records of ``codea1 eval code`` (``{"id", "source", "correct": [...]}``).
 A problem's score is its fraction of correct samples (avg@n), and the difference of the mean scores
 gets a paired bootstrap interval per benchmark and over all problems (:mod:`codea1.core.bootstrap`).
+Used by ``codea1 eval compare`` and by the report's evaluation table.
 
-Imports: core only (no I/O; the CLI reads the files).
+Pure: no I/O (callers read the files).
 """
 
 from __future__ import annotations
