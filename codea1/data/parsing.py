@@ -118,6 +118,11 @@ def extract_code(response: str, entry_point: str) -> CodeExtraction:
     if not response or not response.strip():
         return CodeExtraction(None, "no code")
     fences = fenced_blocks(response)
+    if fences and all(not b.body.strip() for b in fences):
+        # Only empty fences, e.g. code written without its opening fence but with a stray closing one:
+        # the answer is unfenced, so read it as such with the fence lines dropped.
+        kept = "\n".join(line for line in response.split("\n") if not _FENCE_OPEN.match(line))
+        return _extract_unfenced(kept, entry_point) if kept.strip() else CodeExtraction(None, "no code")
     if fences:
         blocks = [c for c in _python_blocks(response) if c.strip()]
         if not blocks:

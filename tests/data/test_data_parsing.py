@@ -96,6 +96,16 @@ CODE_CASES = [
     ("whitespace only", "  \n\t\n", "add", None, "no code"),
     ("prose only", "I cannot solve this problem, sorry.", "add", None, "no code"),
     ("empty fence", f"{F}python\n{F}", "add", None, "no code"),
+    # the opening fence forgotten, the closing one written (seen from LoRA-trained Qwen coders)
+    ("stray closing fence after code", f"{ADD}\n{F}", "add", ADD, ""),
+    (
+        "stray closing fence after code and a usage line",
+        f"{ADD}\n\n# Example\nprint(add(1, 2))  # 3\n{F}",
+        "add",
+        f"{ADD}\n\n# Example\nprint(add(1, 2))  # 3",
+        "",
+    ),
+    ("stray fence after prose only", f"I cannot do this.\n{F}", "add", None, "no code"),
     (
         "only a non-python fence",
         f"{F}java\nint add(int a, int b) {{ return a + b; }}\n{F}",
