@@ -4,7 +4,8 @@
   unterminated fence runs to the end) are tried in order and the first that parses and defines the
   entry point at top level (a function, a class, a method of a top-level class, or an assignment)
   wins. Unfenced answers are used when they parse, after dropping leading prose lines and trailing
-  prose that starts at column 0. Failures carry a reason: ``no code``, ``syntax error: ...``,
+  prose that starts at column 0; an answer whose only fences are empty (code written without its
+  opening fence, then a stray closing one) counts as unfenced. Failures carry a reason: ``no code``, ``syntax error: ...``,
   ``no block defines <entry_point>`` (fenced) or ``entry point not defined`` (unfenced). Unlike the
   reference (method §13.5), plain and ```py fences are not passed through with their prose.
 * :func:`extract_tests`: the Test LLM's ``assert CALL == EXPR`` lines, from every Python block (or,
