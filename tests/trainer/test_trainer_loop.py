@@ -162,10 +162,11 @@ def test_sigint_saves_and_stops(tmp_path: Path) -> None:
         return original(prompts, params)
 
     policy.generate = generate_then_interrupt
+    before = signal.getsignal(signal.SIGINT)  # default_int_handler, or SIG_IGN under nohup / `&`
     summary = trainer.run()
     assert summary.interrupted and summary.last_step == 1
     assert [s for s, _ in list_checkpoints(tmp_path / "run")] == [1]  # step 2 was dropped, step 1 saved
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is before  # the caller's handler is restored
     resumed = make(tmp_path, "train.steps=2")
     assert resumed.run(resume=True).last_step == 2
 
