@@ -209,10 +209,13 @@ def _restrict(
     return kept
 
 
-def _finish(metrics: dict[str, dict[str, float]], title: str, output: Path | None) -> int:
+def _finish(
+    metrics: dict[str, dict[str, float]], title: str, output: Path | None, extra: dict[str, Any] | None = None
+) -> int:
+    """Print the table; write ``metrics`` (plus ``extra`` top-level fields) to ``output`` if given."""
     print(format_table(metrics, title))
     if output is not None:
-        write_json_atomic(output, metrics)
+        write_json_atomic(output, {**metrics, **(extra or {})})
         _say(f"wrote {output}")
     return 0
 
@@ -275,11 +278,9 @@ def run_code(args: argparse.Namespace) -> int:
         _close(sandbox)
     records = [store.records[p.id] for p in problems]
     metrics = summarize_code(records, ks_for(n))
-    print(format_table(metrics, f"code generation ({model_id}, n={n})"))
-    if args.output is not None:  # the per-problem file rides along for `eval compare`
-        write_json_atomic(args.output, {**metrics, "results": str(store.path.resolve())})
-        _say(f"wrote {args.output}")
-    return 0
+    # the per-problem file rides along for `eval compare` and the report's deltas
+    results = {"results": str(store.path.resolve())}
+    return _finish(metrics, f"code generation ({model_id}, n={n})", args.output, results)
 
 
 def run_compare(args: argparse.Namespace) -> int:
@@ -293,15 +294,9 @@ def run_compare(args: argparse.Namespace) -> int:
         )
     except ValueError as e:
         raise CliError(str(e)) from None
-    table = delta_table(deltas)
-    print(
-        format_table(table, f"{args.after} vs {args.before} (paired bootstrap, {args.resamples} resamples)")
-    )
-    if args.output is not None:
-        meta = {"before": str(args.before), "after": str(args.after), "resamples": args.resamples}
-        write_json_atomic(args.output, {**table, "comparison": meta})
-        _say(f"wrote {args.output}")
-    return 0
+    title = f"{args.after} vs {args.before} (paired bootstrap, {args.resamples} resamples)"
+    meta = {"before": str(args.before), "after": str(args.after), "resamples": args.resamples}
+    return _finish(delta_table(deltas), title, args.output, {"comparison": meta})
 
 
 def _code_records(path: Path) -> list[dict[str, Any]]:
