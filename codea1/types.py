@@ -211,8 +211,9 @@ class ExecGrid:
 class CheckJob:
     """Run an evalplus-style harness against one candidate (evaluation, not training).
 
-    The candidate and the harness execute in separate namespaces so that neither can shadow the
-    other's names; the harness's ``check`` is called with the candidate's ``entry_point``.
+    The harness runs in a process of its own with a proxy for the candidate's ``entry_point``
+    (bound to ``check``'s argument and to the entry point's name, unless the harness defines that
+    name itself); each call runs in the candidate's process and only its return value comes back.
     ``cpu_s`` is the CPU-time budget of the whole check (derived from the reference's time).
     """
 

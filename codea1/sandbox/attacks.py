@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from codea1.types import ExecGrid, GridJob, TestCase
+from codea1.sandbox.value_codec import END_FRAME, RESULT_VALUE, TEST_RECORD, encode, frame
+from codea1.types import CheckJob, ExecGrid, GridJob, TestCase, Verdict
 
 REF = "def f(x):\n    return x + 1\n"
 SECRET_ENV = "CODEA1_SELFTEST_SECRET"
@@ -49,6 +50,60 @@ def _a(name: str, code: str, verdicts: set[str], **kw: Any) -> Attack:
         **{k: frozenset(v) if isinstance(v, set) else v for k, v in kw.items()},
     )
 
+
+def _forged_stream(value: Any) -> bytes:
+    """What the trusted side would read for "loaded, test 0 returned ``value``, end" (both kinds
+    of record: a grid test and a check's call answer), plus a harness verdict of "pass"."""
+    answer = frame(RESULT_VALUE + encode(value))
+    return (
+        frame(encode(("load", "pass", "")))
+        + frame(b"T" + TEST_RECORD.pack(0, 0, 0.0, False) + answer)
+        + frame(b"C" + TEST_RECORD.pack(0, 0, 0.0, False))
+        + END_FRAME
+        + frame(encode(("check", "pass", "")))
+        + answer
+    )
+
+
+# Claims the right answer for the suite's test f(1) (grid: 2; a check's old verdict: None), while
+# the real f returns a wrong value: a forge that worked would turn "fail" into "pass".
+_FORGED = repr(_forged_stream(2) + _forged_stream(None))
+_WRONG_F = "def f(x):\n    return 12345.0\n"
+_SPRAY = "def _spray():\n    for fd in range(3, 64):\n        try:\n            os.write(fd, FORGED)\n        except OSError:\n            pass\n"
+FORGE_ATTACKS: tuple[Attack, ...] = tuple(
+    Attack(
+        name,
+        f"import os\nFORGED = {_FORGED}\n{_SPRAY}{code}",
+        NOT_PASS | {"invalid"},
+        code_status=frozenset({"pass", "error"}),
+    )  # fmt: skip
+    for name, code in (
+        ("forge_report_at_load", "os.write(3, FORGED)\n" + _WRONG_F),
+        ("forge_every_fd_at_load", "_spray()\n" + _WRONG_F),
+        (
+            "forge_ctypes_write_at_load",
+            "import ctypes\nctypes.CDLL(None).write(3, FORGED, len(FORGED))\n" + _WRONG_F,
+        ),
+        ("forge_every_fd_at_call", "def f(x):\n    _spray()\n    return 12345.0\n"),
+        (
+            "forge_dup2_report_into_call",
+            "os.dup2(3, 40)\ndef f(x):\n    os.write(40, FORGED)\n    _spray()\n    return 12345.0\n",
+        ),
+        (
+            "forge_from_thread",
+            "import threading, time\ndef _loop():\n    for _ in range(300):\n        _spray()\n        time.sleep(0.002)\n"
+            "threading.Thread(target=_loop, daemon=True).start()\n"
+            "def f(x):\n    threading.Thread(target=_loop, daemon=True).start()\n    time.sleep(0.05)\n    return 12345.0\n",
+        ),
+        (
+            "forge_atexit_hook",
+            "import atexit, sys\natexit.register(_spray)\n"
+            "def f(x):\n    atexit.register(_spray)\n    sys.exitfunc = _spray\n    return 12345.0\n",
+        ),
+    )
+)
+"""Every way candidate code can write bytes towards the trusted side (the report pipe at load
+time, any fd, ctypes ``write(2)``, a dup2'd copy used at call time, a thread, an atexit hook)."""
 
 _LOOP = "    while True:\n        pass\n"
 ATTACKS: tuple[Attack, ...] = (
@@ -215,6 +270,13 @@ ATTACKS: tuple[Attack, ...] = (
     ),
     _a("huge_int", "def f(x):\n    return 10 ** 300000\n", {"fail"}),
     _a(
+        "truthy_object",
+        "class A:\n    def __bool__(self):\n        return True\ndef f(x):\n    return A()\n",
+        {"fail"},
+        reference="def f(x):\n    return x > 0\n",
+        tests=(("f(1)", "True"),),
+    ),
+    _a(
         "deeply_nested_list",
         "def f(x):\n    v = []\n    for _ in range(100000):\n        v = [v]\n    return v\n",
         {"fail"},
@@ -235,7 +297,15 @@ ATTACKS: tuple[Attack, ...] = (
         oracle={"wrong_prediction"},
         host_check="no_new_files",
     ),  # fmt: skip
-)
+) + FORGE_ATTACKS
+
+HARNESS = "def check(candidate):\n    assert candidate(1) == 2\n    assert candidate(1)\n"
+"""The check every harness-mode attack runs against (the grid suite's reference is f(x) = x + 1)."""
+_HARNESS_ALSO = ("eq_always_true", "truthy_object", "infinite_loop", "os_exit_in_test", "sys_exit_in_test",
+                 "systemexit_from_del", "patch_builtins", "signal_handler_override", "close_pipes_at_load")  # fmt: skip
+HARNESS_ATTACKS: tuple[Attack, ...] = FORGE_ATTACKS + tuple(a for a in ATTACKS if a.name in _HARNESS_ALSO)
+"""Attacks also run as checks (``check(candidate)`` in the trusted harness process); none may pass,
+except ``patch_builtins``, which is correct code."""
 
 NEIGHBOURS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
@@ -390,17 +460,36 @@ def attack_jobs(probe: HostProbe, attacks: tuple[Attack, ...] = ATTACKS) -> list
     return jobs
 
 
+def harness_jobs(probe: HostProbe, attacks: tuple[Attack, ...] = HARNESS_ATTACKS) -> list[CheckJob]:
+    """The check jobs of the suite: each harness attack, then one correct candidate."""
+    jobs = [CheckJob(f"harness:{a.name}", probe.fill(a.code), "f", HARNESS, 0.5) for a in attacks]
+    return jobs + [CheckJob("harness:correct_candidate", REF, "f", HARNESS, 0.5)]
+
+
+def _harness_results(jobs: list[CheckJob], verdicts: list[Verdict]) -> list[AttackResult]:
+    out = []
+    for job, v in zip(jobs, verdicts, strict=True):
+        want_pass = job.id in ("harness:correct_candidate", "harness:patch_builtins")
+        ok = (v.status == "pass") == want_pass and (want_pass or v.status in NOT_PASS)
+        out.append(AttackResult(job.id, ok, f"check={v.status}" + (f"({v.reason})" if v.reason else "")))
+    return out
+
+
 def run_suite(
     sandbox: Any,
     attacks: tuple[Attack, ...] = ATTACKS,
     on_result: Callable[[AttackResult], None] | None = None,
+    harness_attacks: tuple[Attack, ...] = HARNESS_ATTACKS,
 ) -> list[AttackResult]:
-    """Run every attack in one batch; one :class:`AttackResult` per attack (plus a neighbours row)."""
+    """Run every attack in one batch of grid jobs and one batch of checks; one
+    :class:`AttackResult` per attack and per harness attack (plus neighbours and leftovers rows)."""
     os.environ[SECRET_ENV] = "TOP-SECRET"
     probe = HostProbe()
     try:
         jobs = attack_jobs(probe, attacks)
         grids = sandbox.run_grids(jobs)
+        checks = harness_jobs(probe, harness_attacks)
+        harness_rows = _harness_results(checks, sandbox.run_checks(checks))
         strays = wait_for_no_strays(sandbox.worker_pids())
         results: list[AttackResult] = []
         neighbour_problems = []
@@ -418,6 +507,7 @@ def run_suite(
             if on_result:
                 on_result(result)
         tail = [
+            *harness_rows,
             AttackResult(
                 "neighbours_unaffected",
                 not neighbour_problems,

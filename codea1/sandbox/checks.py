@@ -1,8 +1,9 @@
 """CheckJob → Verdict: run an evalplus-style harness's ``check(candidate)`` against one program.
 
-The candidate's definitions and the harness are executed in two separate namespaces of the same
-program process (neither can shadow the other's names); ``check`` is then called, in a fresh fork,
-with the candidate's entry point, under the job's CPU budget.
+The harness runs in its own process (H, :mod:`codea1.sandbox.harness`) with a proxy for the
+candidate; the candidate's definitions run in the program process, whose call server answers each
+call with the returned value in the typed encoding. The verdict is what the harness decided in H:
+candidate code never runs where the harness compares, asserts or reports.
 """
 
 from __future__ import annotations

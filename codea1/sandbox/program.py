@@ -1,12 +1,19 @@
 """The untrusted side of a job: the program process P and its per-test children C.
 
-P (forked by the job runner) closes every fd but its report pipe, applies rlimits and seccomp F1,
-executes the program's definitions once under the load budget, and reports ``("load", status,
-reason)``. For each expression it forks C, which adds seccomp F2 and the CPU budget, evaluates the
-expression, encodes the value with the safe codec and writes it to its own pipe. P forwards
-a ``b"T"`` frame (:data:`~codea1.sandbox.value_codec.TEST_RECORD`: index, exit code, CPU seconds,
-wall-killed; then the child's bytes); the parent decodes all of it.
-Imports: standard library and the lean sandbox modules only.
+P (forked by the job runner) closes every fd but its report pipe (and, for a check, the two call
+pipes), applies rlimits and seccomp F1, executes the program's definitions once under the load
+budget, and reports ``("load", status, reason)``.
+
+* Grid job: for each expression P forks C, which adds seccomp F2 and the CPU budget, evaluates the
+  expression, encodes the value with the safe codec and writes it to its own pipe. P forwards a
+  ``b"T"`` frame (:data:`~codea1.sandbox.value_codec.TEST_RECORD`: index, exit code, CPU seconds,
+  wall-killed; then the child's bytes), then an end frame.
+* Check job: P forks one call server C (F2, CPU budget for all calls together) that answers the
+  harness process's calls of the entry point (:mod:`codea1.sandbox.harness`), then forwards a
+  ``b"C"`` frame with C's exit (same head) and an end frame.
+
+Everything P and C write is the candidate's claim about its own return values; the parent decodes
+it with the safe codec and checks the shape of the stream (:mod:`codea1.sandbox.tasks`).
 """
 
 from __future__ import annotations
@@ -31,18 +38,48 @@ from codea1.sandbox.value_codec import (
     RESULT_VALUE,
     TEST_RECORD,
     CodecError,
+    decode,
     encode,
     frame,
 )  # fmt: skip
 
+REPORT_FD, CALL_REQUEST_FD, CALL_RESPONSE_FD = 3, 4, 5
+"""Where a job process keeps its pipes: its report pipe, and (check jobs) the call request and
+response pipes (read end in P/C and write end in H for requests; the reverse for responses)."""
 
-def _write_all(fd: int, data: bytes) -> None:
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd``."""
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
 
 
-class _CappedSink(io.TextIOBase):
+def read_frame(fd: int, cap: int) -> bytes | None:
+    """Read one length-prefixed frame's payload; None at end of file; ValueError over ``cap`` or cut."""
+    head = _read_exact(fd, 4)
+    if head is None:
+        return None
+    n = int.from_bytes(head, "little")
+    if n > cap:
+        raise ValueError(f"frame of {n} bytes exceeds {cap}")
+    body = _read_exact(fd, n)
+    if body is None:
+        raise ValueError("frame cut short")
+    return body
+
+
+def _read_exact(fd: int, n: int) -> bytes | None:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+class CappedSink(io.TextIOBase):
     """A text stream that keeps the first ``cap`` characters and discards the rest."""
 
     def __init__(self, cap: int = 4096) -> None:
@@ -60,14 +97,18 @@ class _CappedSink(io.TextIOBase):
         return len(s)
 
 
-def _isolate_fds(report_fd: int) -> int:
-    """Keep only the report pipe (as fd 3); stdin/stdout/stderr become the null device."""
-    os.dup2(report_fd, 3)
+def isolate_fds(report_fd: int, call_fds: tuple[int, ...] = ()) -> int:
+    """Keep only the report pipe (as fd 3) and the call pipes (as fds 4 and 5); stdin, stdout and
+    stderr become the null device. Returns the report fd."""
+    wanted = (report_fd, *call_fds)
+    parked = [os.dup2(fd, 60 + i) for i, fd in enumerate(wanted)]  # above every target: no clobbering
+    for i, fd in enumerate(parked):
+        os.dup2(fd, REPORT_FD + i)
     null = os.open("/dev/null", os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
-    os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-    return 3
+    os.closerange(REPORT_FD + len(wanted), resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    return REPORT_FD
 
 
 def warm_up() -> None:
@@ -83,21 +124,26 @@ def warm_up() -> None:
     body = frame(RESULT_VALUE + encode([1, 2.0, "s", b"b", None, (1,), {1: 2}, {3}]))
     frame(b"T" + TEST_RECORD.pack(0, 0, 0.0, False) + body)
     frame(encode(("load", "pass", "")))
-    _CappedSink(16).write("warm")
+    CappedSink(16).write("warm")
     rng = sys.modules.get("random")
     if rng is not None:
         functools.partial(rng.setstate, rng.getstate())
 
 
 def program_main(
-    task: dict[str, Any], report_fd: int, context: dict[str, Any], protected: tuple[int, int, int]
+    task: dict[str, Any],
+    report_fd: int,
+    context: dict[str, Any],
+    protected: tuple[int, int, int],
+    call_fds: tuple[int, int] | None = None,
 ) -> None:
+    """Run one job's program (grid: ``call_fds`` None; check: the call pipes); never returns."""
     out = report_fd
     try:
         if context["pid_ns"]:
             os.setsid()
         isolation.set_parent_death_signal(signal.SIGKILL)
-        out = _isolate_fds(report_fd)
+        out = isolate_fds(report_fd, call_fds or ())
         os.chdir(context["scratch"])
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
             signal.signal(sig, signal.SIG_DFL)
@@ -112,52 +158,45 @@ def program_main(
     except BaseException as e:  # noqa: BLE001
         _send(out, ("load", "error", f"sandbox setup failed: {type(e).__name__}: {e}"))
         os._exit(0)
-    sys.stdout = sys.stderr = _CappedSink()
-    load_status, load_reason, ns, check = _load(task)
+    sys.stdout = sys.stderr = CappedSink()
+    load_status, load_reason, ns = _load(task)
     _send(out, ("load", load_status, load_reason))
     if load_status == "pass":
         for sig in (signal.SIGPROF, signal.SIGXCPU, signal.SIGALRM):  # undo handlers set by the definitions
             signal.signal(sig, signal.SIG_DFL)
         restore = functools.partial(setstate, getstate()) if rng is not None else None
         gc.freeze()
-        for i, expr in enumerate(task["exprs"]):
-            _run_one(i, expr, task, ns, check, out, (context["filters"], restore))
-    _write_all(out, END_FRAME)
+        if call_fds is not None:
+            _serve(task, ns[task["entry_point"]], out, (context["filters"], restore))
+        else:
+            for i, expr in enumerate(task["exprs"]):
+                _run_one(i, expr, task, ns, out, (context["filters"], restore))
+    write_all(out, END_FRAME)
     os._exit(0)
 
 
-def _load(task: dict[str, Any]) -> tuple[str, str, dict[str, Any], Any]:
-    """Execute the program's definitions (and the harness, for checks) under the load budget."""
+def _load(task: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    """Execute the program's definitions under the load budget."""
     ns: dict[str, Any] = {"__name__": "__program__", "__builtins__": builtins}
-    check = None
     me = os.getpid()
     signal.setitimer(signal.ITIMER_PROF, task["load_cpu_s"])
     try:
         exec(compile(task["source"], "<program>", "exec"), ns)
         if not callable(ns.get(task["entry_point"])):
-            return "error", f"entry point {task['entry_point']!r} not defined", ns, None
-        if task.get("harness") is not None:
-            hns: dict[str, Any] = {"__name__": "__harness__", "__builtins__": builtins}
-            try:
-                exec(compile(task["harness"], "<harness>", "exec"), hns)
-            except BaseException as e:  # noqa: BLE001
-                return "error", f"harness did not load: {_type_name(e)}", ns, None
-            check = hns.get("check")
-            if not callable(check):
-                return "error", "harness defines no check()", ns, None
+            return "error", f"entry point {task['entry_point']!r} not defined", ns
     except MemoryError:
-        return "memory", "MemoryError", ns, None
+        return "memory", "MemoryError", ns
     except BaseException as e:  # noqa: BLE001 - SystemExit and friends are load failures too
-        return "error", _type_name(e), ns, None
+        return "error", type_name(e), ns
     finally:
         signal.setitimer(signal.ITIMER_PROF, 0)
         if os.getpid() != me:  # a process forked by the definitions must not report as the program
             os._exit(0)
-    return "pass", "", ns, check
+    return "pass", "", ns
 
 
 def _run_one(
-    i: int, expr: str, task: dict[str, Any], ns: dict[str, Any], check: Any, out: int, setup: tuple[Any, Any]
+    i: int, expr: str, task: dict[str, Any], ns: dict[str, Any], out: int, setup: tuple[Any, Any]
 ) -> None:
     r, w = os.pipe()
     start = time.monotonic()
@@ -166,7 +205,7 @@ def _run_one(
         try:
             os.close(r)
             os.close(out)
-            _child_main(expr, task, ns, check, w, setup)
+            _child_main(expr, task, ns, w, setup)
         finally:
             os._exit(122)
     os.close(w)
@@ -190,13 +229,11 @@ def _run_one(
     _, status, usage = os.wait4(pid, 0)
     cpu = usage.ru_utime + usage.ru_stime
     code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-    _write_all(out, frame(b"T" + TEST_RECORD.pack(i, code, cpu, killed) + bytes(data[:cap])))
+    write_all(out, frame(b"T" + TEST_RECORD.pack(i, code, cpu, killed) + bytes(data[:cap])))
 
 
-def _child_main(
-    expr: str, task: dict[str, Any], ns: dict[str, Any], check: Any, w: int, setup: tuple[Any, Any]
-) -> None:
-    """One test: F2, CPU budget, the program's random state at fork time, then the expression.
+def _enter_test(task: dict[str, Any], setup: tuple[Any, Any]) -> None:
+    """In a fresh test child: F2, the program's random state at fork time, the CPU budget.
 
     ``setup`` is (prepared seccomp filters or None, restore-random-state callable or None).
     """
@@ -212,23 +249,69 @@ def _child_main(
         signal.setitimer(signal.ITIMER_PROF, budget)
     except BaseException:  # noqa: BLE001
         os._exit(120)
-    me = os.getpid()
+
+
+def _result(call: Any, max_bytes: int) -> bytes:
+    """Run ``call()`` and encode what it did: a value, an exception type name, or why not encodable."""
     try:
-        if check is not None:
-            value = check(ns[task["entry_point"]])
-            payload = RESULT_VALUE + encode(None)
-        else:
-            value = eval(compile(expr, "<test>", "eval"), ns)
-            payload = RESULT_VALUE + encode(value, task["max_output_bytes"])
+        return RESULT_VALUE + encode(call(), max_bytes)
     except CodecError as e:
-        payload = RESULT_UNENCODABLE + _utf8(str(e))
+        return RESULT_UNENCODABLE + _utf8(str(e))
     except BaseException as e:  # noqa: BLE001
-        payload = RESULT_RAISE + _utf8(_type_name(e))
+        return RESULT_RAISE + _utf8(type_name(e))
+
+
+def _serve(task: dict[str, Any], fn: Any, out: int, setup: tuple[Any, Any]) -> None:
+    """Fork the call server C, wait for it, and forward its exit as a ``b"C"`` frame."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(out)
+            _enter_test(task, setup)
+            _serve_calls(fn, task["max_output_bytes"])
+        finally:
+            os._exit(122)
+    os.close(CALL_REQUEST_FD)
+    os.close(CALL_RESPONSE_FD)
+    _, status, usage = os.wait4(pid, 0)
+    cpu = usage.ru_utime + usage.ru_stime
+    code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    write_all(out, frame(b"C" + TEST_RECORD.pack(0, code, cpu, False)))
+
+
+def _serve_calls(fn: Any, max_bytes: int) -> None:
+    """Answer the harness's calls until it closes the request pipe: one response frame per call."""
+    me = os.getpid()
+    while True:
+        try:
+            request = read_frame(CALL_REQUEST_FD, 1 << 26)
+        except (OSError, ValueError):
+            os._exit(123)
+        if request is None:
+            os._exit(0)
+        try:
+            args, kwargs = decode(request)
+        except BaseException:  # noqa: BLE001
+            os._exit(123)
+        payload = _result(lambda a=args, k=kwargs: fn(*a, **k), max_bytes)
+        if os.getpid() != me:
+            os._exit(0)
+        try:
+            write_all(CALL_RESPONSE_FD, frame(payload))
+        except BaseException:  # noqa: BLE001
+            os._exit(121)
+
+
+def _child_main(expr: str, task: dict[str, Any], ns: dict[str, Any], w: int, setup: tuple[Any, Any]) -> None:
+    """One test: :func:`_enter_test`, then the expression; writes one result frame and exits."""
+    _enter_test(task, setup)
+    me = os.getpid()
+    payload = _result(lambda: eval(compile(expr, "<test>", "eval"), ns), task["max_output_bytes"])
     signal.setitimer(signal.ITIMER_PROF, 0)
     if os.getpid() != me:
         os._exit(0)
     try:
-        _write_all(w, frame(payload))
+        write_all(w, frame(payload))
     except BaseException:  # noqa: BLE001
         os._exit(121)
     os._exit(0)
@@ -238,7 +321,7 @@ def _utf8(text: str) -> bytes:
     return text[:300].encode("utf-8", "replace")
 
 
-def _type_name(e: BaseException) -> str:
+def type_name(e: BaseException) -> str:
     try:
         name = type(e).__name__
     except BaseException:  # noqa: BLE001
@@ -247,4 +330,4 @@ def _type_name(e: BaseException) -> str:
 
 
 def _send(fd: int, record: tuple[Any, ...]) -> None:
-    _write_all(fd, frame(encode(record, 1 << 24)))
+    write_all(fd, frame(encode(record, 1 << 24)))

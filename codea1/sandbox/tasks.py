@@ -1,10 +1,13 @@
 """Program tasks sent to workers, and the trusted parsing of what comes back.
 
 A :class:`ProgramTask` is one program (its definitions executed once) plus the expressions to
-evaluate, each in its own fork. The worker's answer is raw bytes produced by untrusted processes;
-:func:`parse_result` decodes them with the safe codec only and turns them into one
-:class:`ProgramOutcome` (load status + one :class:`ExprOutcome` per expression). Anything missing,
-malformed or duplicated is classified conservatively (never a pass).
+evaluate, each in its own fork, or (with a ``harness``) one check run by the harness process. The
+worker's answer is raw bytes produced by untrusted processes; :func:`parse_result` decodes them
+with the safe codec only and turns them into one :class:`ProgramOutcome` (load status + one
+:class:`ExprOutcome` per expression). The stream must have exactly the shape the trusted code
+writes (one load report, then one report per test in order, then the end frame, then nothing);
+anything else is a protocol violation and the whole program counts as an ``error``, so extra,
+duplicated or reordered records written by the candidate can never stand in for real ones.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+import struct
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -23,7 +27,6 @@ from codea1.sandbox.value_codec import (
     TEST_RECORD,
     CodecError,
     decode,
-    split_frames,
 )  # fmt: skip
 
 ExprKind = Literal["value", "raise", "timeout", "memory", "unencodable", "error"]
@@ -103,7 +106,12 @@ class ProgramTask:
         }  # fmt: skip
 
     def deadline_s(self) -> float:
-        """Wall-clock seconds after which the worker running this task counts as stuck."""
+        """Wall-clock seconds after which the worker running this task counts as stuck.
+
+        A check's harness and call server each get the CPU budget ``test_cpu_s``; they take turns.
+        """
+        if self.harness is not None:
+            return self.wall_factor * (self.load_cpu_s + 2 * self.test_cpu_s) + 2.0
         test_wall = self.wall_factor * self.test_cpu_s + 0.5
         return self.wall_factor * self.load_cpu_s + 0.5 + len(self.exprs) * (test_wall + 0.05) + 1.0
 
@@ -155,11 +163,45 @@ def _classify_dead_child(code: int, cpu: float, killed: bool, budget: float) -> 
     return ExprOutcome("error", f"exited without a result (exit code {code})")
 
 
+_U32 = struct.Struct("<I")
+
+
+def read_stream(data: bytes) -> tuple[list[bytes], bool, str]:
+    """Frame payloads up to the end frame: ``(payloads, ended, problem)``.
+
+    ``problem`` is non-empty when bytes follow the end frame. A tail cut short without an end
+    frame is not a problem (the writer was killed mid-write); it is dropped.
+    """
+    out: list[bytes] = []
+    pos = 0
+    while pos + 4 <= len(data):
+        n = _U32.unpack_from(data, pos)[0]
+        if n == 0:
+            return out, True, "bytes after the end frame" if pos + 4 != len(data) else ""
+        if pos + 4 + n > len(data):
+            break
+        out.append(bytes(data[pos + 4 : pos + 4 + n]))
+        pos += 4 + n
+    return out, False, ""
+
+
+def _child_result(child_bytes: bytes) -> tuple[bytes | None, str]:
+    """A test child's one result frame (None if it wrote none), or a protocol problem."""
+    frames, ended, problem = read_stream(child_bytes)
+    if ended or problem or len(frames) > 1:
+        return None, "the test process wrote more than one result"
+    if frames and 4 + len(frames[0]) != len(child_bytes):
+        return None, "the test process wrote more than one result"
+    return (frames[0] if frames else None), ""
+
+
 def _expr_outcome(head: tuple[int, int, float, bool], child_bytes: bytes, budget: float) -> ExprOutcome:
     _, code, cpu, killed = head
-    payloads, _ = split_frames(child_bytes, max_frames=1)
-    if payloads:
-        kind, body = payloads[0][:1], payloads[0][1:]
+    payload, problem = _child_result(child_bytes)
+    if problem:
+        return ExprOutcome("error", f"protocol violation: {problem}")
+    if payload is not None:
+        kind, body = payload[:1], payload[1:]
         if kind == RESULT_VALUE:
             try:
                 return ExprOutcome("value", value=decode(body))
@@ -172,17 +214,29 @@ def _expr_outcome(head: tuple[int, int, float, bool], child_bytes: bytes, budget
             if text == "MemoryError":
                 return ExprOutcome("memory", "MemoryError")
             return ExprOutcome("raise", text)
+        return ExprOutcome("error", "protocol violation: unknown result kind")
     return _classify_dead_child(code, cpu, killed, budget)
 
 
-def _test_record(payload: bytes, n: int) -> tuple[tuple[int, int, float, bool], bytes] | None:
-    """A program's ``b"T"`` frame → (head, child bytes), or None when it is malformed."""
-    if payload[:1] != b"T" or len(payload) < 1 + TEST_RECORD.size:
+def _record(payload: bytes, tag: bytes, n: int) -> tuple[tuple[int, int, float, bool], bytes] | None:
+    """A program's ``tag`` frame (``b"T"`` or ``b"C"``) → (head, child bytes), or None when malformed."""
+    if payload[:1] != tag or len(payload) < 1 + TEST_RECORD.size:
         return None
     head = TEST_RECORD.unpack_from(payload, 1)
     if not (head[0] < n and math.isfinite(head[2])):
         return None
     return head, payload[1 + TEST_RECORD.size :]
+
+
+def _load_record(payload: bytes) -> tuple[LoadStatus, str] | None:
+    try:
+        rec = decode(payload)
+    except (CodecError, RecursionError):
+        return None
+    if type(rec) is tuple and len(rec) == 3 and rec[0] == "load" and rec[1] in ("pass", "error", "memory"):
+        if type(rec[2]) is str:
+            return rec[1], rec[2][:300]
+    return None
 
 
 def _load_from_status(raw: dict[str, Any], task: ProgramTask) -> tuple[LoadStatus, str]:
@@ -205,40 +259,124 @@ def _load_from_status(raw: dict[str, Any], task: ProgramTask) -> tuple[LoadStatu
     return "error", "program exited without reporting"
 
 
+def _violation(task: ProgramTask, what: str) -> ProgramOutcome:
+    reason = f"protocol violation: {what}"
+    return ProgramOutcome("error", reason, tuple(ExprOutcome("error", reason) for _ in task.exprs or ("",)))
+
+
+def _program_records(
+    task: ProgramTask, raw: dict[str, Any], tag: bytes, n: int
+) -> tuple[tuple[LoadStatus, str], list[tuple[tuple[int, int, float, bool], bytes]], bool] | str:
+    """Check the shape of the program's stream: load report, then ``tag`` records 0, 1, ... in
+    order, then the end frame. Returns (load, records, ended), or the violation as text."""
+    frames, ended, problem = read_stream(raw.get("data", b""))
+    if problem:
+        return problem
+    if not frames:
+        if ended:
+            return "end frame without a load report"
+        return _load_from_status(raw, task), [], False
+    load = _load_record(frames[0])
+    if load is None:
+        return "the first record is not a load report"
+    records = []
+    for k, payload in enumerate(frames[1:]):
+        rec = _record(payload, tag, n)
+        if rec is None or rec[0][0] != k:
+            return f"record {k + 1} is not the report of test {k}"
+        records.append(rec)
+    if load[0] != "pass" and records:
+        return "test reports from a program that did not load"
+    if ended and load[0] == "pass" and len(records) != n:
+        return f"end frame after {len(records)} of {n} test reports"
+    return load, records, ended
+
+
 def parse_result(task: ProgramTask, raw: dict[str, Any]) -> ProgramOutcome:
     """Turn a worker's raw answer into a :class:`ProgramOutcome` (trusted-side decoding only)."""
     if "error" in raw:
         return failed_outcome(task, str(raw["error"]))
-    payloads, _ = split_frames(raw.get("data", b""))
-    load: tuple[LoadStatus, str] | None = None
-    results: dict[int, ExprOutcome] = {}
-    for payload in payloads:
-        if load is None:
-            try:
-                rec = decode(payload)
-            except (CodecError, RecursionError):
-                continue
-            if (
-                type(rec) is tuple
-                and len(rec) == 3
-                and rec[0] == "load"
-                and rec[1] in ("pass", "error", "memory")
-            ):
-                load = (rec[1], str(rec[2])[:300])
-            continue
-        test = _test_record(payload, len(task.exprs))
-        if test is not None and test[0][0] not in results:
-            results[test[0][0]] = _expr_outcome(test[0], test[1], task.test_cpu_s)
-    if load is None:
-        load = _load_from_status(raw, task)
+    if task.harness is not None:
+        return _parse_check(task, raw)
+    shape = _program_records(task, raw, b"T", len(task.exprs))
+    if isinstance(shape, str):
+        return _violation(task, shape)
+    load, records, _ = shape
     if load[0] != "pass":
         return ProgramOutcome(
             load[0], load[1], tuple(ExprOutcome("error", "code did not load") for _ in task.exprs)
         )
+    results = [_expr_outcome(head, child, task.test_cpu_s) for head, child in records]
     missing = ExprOutcome("timeout", "program deadline") if raw.get("deadline") else None
     if missing is None:
         dead = _load_from_status({**raw, "deadline": False}, task)
         missing = ExprOutcome("error", f"no result (program process: {dead[1]})")
     if raw.get("overflow"):
         missing = ExprOutcome("unencodable", "unencodable value: output cap exceeded")
-    return ProgramOutcome("pass", "", tuple(results.get(i, missing) for i in range(len(task.exprs))))
+    results += [missing] * (len(task.exprs) - len(results))
+    return ProgramOutcome("pass", "", tuple(results))
+
+
+def _harness_report(raw: dict[str, Any]) -> tuple[str, str] | None:
+    """The harness process's ``("check", status, reason)``, or None when it did not report."""
+    frames, ended, _ = read_stream(raw.get("harness", b""))
+    if len(frames) != 1 or ended:
+        return None
+    try:
+        rec = decode(frames[0])
+    except (CodecError, RecursionError):
+        return None
+    if type(rec) is tuple and len(rec) == 3 and rec[0] == "check" and type(rec[2]) is str:
+        if rec[1] in ("pass", "fail", "timeout", "memory", "error", "gone"):
+            return rec[1], rec[2]
+    return None
+
+
+def _parse_check(task: ProgramTask, raw: dict[str, Any]) -> ProgramOutcome:
+    """A check's outcome: the verdict is the harness process's; the program only explains a failure.
+
+    ``exprs`` holds one outcome: ``value`` (the check passed), ``raise`` (it failed; reason: what
+    it raised), ``timeout``, ``memory`` or ``error``.
+    """
+    shape = _program_records(task, raw, b"C", 1)
+    if isinstance(shape, str):
+        return _violation(task, shape)
+    load, records, _ = shape
+    if load[0] != "pass":
+        return ProgramOutcome(load[0], load[1], (ExprOutcome("error", "code did not load"),))
+    report = _harness_report(raw)
+    if report is None:
+        return ProgramOutcome("pass", "", (_harness_death(raw, task),))
+    status, reason = report
+    if status == "pass":
+        return ProgramOutcome("pass", "", (ExprOutcome("value"),))
+    if status == "fail":
+        return ProgramOutcome("pass", "", (ExprOutcome("raise", reason),))
+    if status in ("timeout", "memory", "error"):
+        return ProgramOutcome("pass", "", (ExprOutcome(status, reason),))
+    # the candidate's call server went away: its exit, as its parent saw it, says why
+    if records:
+        head, _ = records[0]
+        return ProgramOutcome("pass", "", (_classify_dead_child(head[1], head[2], head[3], task.test_cpu_s),))
+    if raw.get("deadline"):
+        return ProgramOutcome("pass", "", (ExprOutcome("timeout", "program deadline"),))
+    dead = _load_from_status({**raw, "deadline": False}, task)
+    return ProgramOutcome("pass", "", (ExprOutcome("error", f"no result (program process: {dead[1]})"),))
+
+
+def _harness_death(raw: dict[str, Any], task: ProgramTask) -> ExprOutcome:
+    """Why the harness process gave no verdict: the deadline, its CPU budget, memory, or a crash."""
+    if raw.get("deadline"):
+        return ExprOutcome("timeout", "check deadline")
+    status = raw.get("h_status")
+    if isinstance(status, int) and os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig in _TIMEOUT_SIGNALS:
+            return ExprOutcome("timeout", "cpu budget (harness)")
+        if sig == signal.SIGKILL:
+            budget = task.load_cpu_s + task.test_cpu_s
+            if float(raw.get("h_cpu", 0.0)) >= budget:
+                return ExprOutcome("timeout", "cpu budget (harness, kernel limit)")
+            return ExprOutcome("memory", "killed (memory limit, harness)")
+        return ExprOutcome("error", f"harness crashed ({_signal_name(sig)})")
+    return ExprOutcome("error", "harness exited without a verdict")

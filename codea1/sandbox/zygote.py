@@ -10,10 +10,10 @@ Process tree of one worker (research/sandbox.md §5)::
                 └── test child C (one per expression: seccomp F2, CPU itimer; encodes the value)
 
 After each job the zygote SIGKILLs every other process in its namespace and wipes the scratch
-dir. Values cross from C to P to R as frames of :mod:`value_codec` bytes; the parent decodes them.
+dir. Values cross from C to P to R (and, for checks, from C to H) as frames of :mod:`value_codec`
+bytes; the parent decodes them and checks the stream's shape.
 Messages between the parent and R are length-prefixed ``marshal`` dumps of plain dicts (trusted to
 trusted only; ``marshal`` needs no native library, unlike ``pickle``).
-Imports: standard library and the lean sandbox modules only (no numpy/torch here).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import time
 from typing import Any
 
 from codea1.sandbox import isolation, landlock, seccomp
+from codea1.sandbox.harness import harness_main
 from codea1.sandbox.program import program_main, warm_up
-from codea1.sandbox.value_codec import end_offset
 
 _HEADER = struct.Struct("<I")
 _PRELOAD = (
@@ -194,7 +194,8 @@ def _runner_main(context: dict[str, Any]) -> None:
         if task is None:
             os._exit(_EXIT_PARENT_GONE)
         os.makedirs(context["scratch"], exist_ok=True)
-        result = _run_program(task, context)
+        runner = _run_check if task.get("harness") is not None else _run_program
+        result = runner(task, context)
         write_message(1, result)
     except BaseException as e:  # noqa: BLE001 - reported by the zygote as a runner failure
         try:
@@ -205,14 +206,12 @@ def _runner_main(context: dict[str, Any]) -> None:
 
 
 def _run_program(task: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
+    """Grid job: fork the program P and collect its stream until it exits (or a deadline passes)."""
     n = len(task["exprs"])
     test_wall = task["wall_factor"] * task["test_cpu_s"] + 0.5
     load_wall = task["wall_factor"] * task["load_cpu_s"] + 0.5
     start = time.monotonic()
     deadline = start + load_wall + n * (test_wall + 0.05) + 1.0
-    # until the first frame (the load report) arrives, the definitions' own wall backstop applies:
-    # P's CPU hard limit leaves room for its tests' limits, so it is not the load's backstop
-    load_deadline = min(deadline, start + load_wall + 0.5)
     cap = n * (task["max_output_bytes"] + 1200) + 65536
     protected = (1, os.getppid(), os.getpid())
     r, w = os.pipe()
@@ -224,40 +223,132 @@ def _run_program(task: dict[str, Any], context: dict[str, Any]) -> dict[str, Any
         finally:
             os._exit(0)
     os.close(w)
-    os.set_blocking(r, False)
-    pidfd = os.pidfd_open(pid)
-    data = bytearray()
-    scanned, ended, exited, overflow, timed_out = 0, False, False, False, False
-    while not ended and not overflow:
-        remaining = (deadline if scanned or ended else load_deadline) - time.monotonic()
+    program = _Stream(pid, r, cap)
+    # until the first frame (the load report) arrives, the definitions' own wall backstop applies:
+    # P's CPU hard limit leaves room for its tests' limits, so it is not the load's backstop
+    timed_out = _collect([program], deadline, min(deadline, start + load_wall + 0.5))
+    return {**program.result("p_"), "data": program.data(), "deadline": timed_out,
+            "overflow": program.overflow, "killed": program.killed}  # fmt: skip
+
+
+def _run_check(task: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
+    """Check job: fork the harness process H, then the candidate program P, joined by call pipes.
+
+    H holds the request pipe's write end and the response pipe's read end; P (and the call server
+    it forks) the other ends. Only H holds H's report pipe, so nothing the candidate writes can
+    reach the verdict except as a return value that H decodes.
+    """
+    load_wall = task["wall_factor"] * task["load_cpu_s"] + 0.5
+    start = time.monotonic()
+    deadline = start + task_deadline(task)
+    cap = task["max_output_bytes"] + 65536
+    req_r, req_w = os.pipe()
+    resp_r, resp_w = os.pipe()
+    hr, hw = os.pipe()
+    trusted = (1, os.getppid(), os.getpid())
+    harness = os.fork()
+    if harness == 0:
+        try:
+            for fd in (req_r, resp_w, hr):
+                os.close(fd)
+            harness_main(task, hw, (req_w, resp_r), context, trusted)
+        finally:
+            os._exit(0)
+    for fd in (req_w, resp_r, hw):
+        os.close(fd)
+    pr, pw = os.pipe()
+    # P may not signal the trusted processes: in a pid namespace the zygote is pid 1, so H's pid
+    # takes the zygote's place; without one, pid 1 is the host's init and keeps its place
+    protected = (1, os.getpid(), harness) if context["pid_ns"] else trusted
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(pr)
+            os.close(hr)
+            program_main(task, pw, context, protected, (req_r, resp_w))
+        finally:
+            os._exit(0)
+    for fd in (req_r, resp_w, pw):
+        os.close(fd)
+    program, verdict = _Stream(pid, pr, cap), _Stream(harness, hr, 65536)
+    timed_out = _collect([program, verdict], deadline, min(deadline, start + load_wall + 0.5))
+    return {**program.result("p_"), **verdict.result("h_"), "data": program.data(),
+            "harness": verdict.data(), "deadline": timed_out, "overflow": program.overflow,
+            "killed": program.killed}  # fmt: skip
+
+
+def task_deadline(task: dict[str, Any]) -> float:
+    """Wall-clock seconds a job may take in its runner (mirrors ``ProgramTask.deadline_s``)."""
+    wall = task["wall_factor"]
+    if task.get("harness") is not None:
+        return wall * (task["load_cpu_s"] + 2 * task["test_cpu_s"]) + 2.0
+    test_wall = wall * task["test_cpu_s"] + 0.5
+    return wall * task["load_cpu_s"] + 0.5 + len(task["exprs"]) * (test_wall + 0.05) + 1.0
+
+
+class _Stream:
+    """One job process and the pipe it reports on, read without blocking up to ``cap`` bytes."""
+
+    def __init__(self, pid: int, fd: int, cap: int) -> None:
+        self.pid, self.fd, self.cap = pid, fd, cap
+        os.set_blocking(fd, False)
+        self.pidfd = os.pidfd_open(pid)
+        self.buf = bytearray()
+        self.exited = self.eof = self.overflow = self.killed = False
+        self.status, self.cpu = 0, 0.0
+
+    @property
+    def done(self) -> bool:
+        return self.exited or self.eof or self.overflow
+
+    def poll(self, readable: list[int]) -> None:
+        if self.pidfd in readable:
+            self.exited = True
+        self.eof = _drain(self.fd, self.buf, self.cap) or self.eof
+        self.overflow = len(self.buf) > self.cap
+
+    def finish(self, grace: float) -> None:
+        """Reap the process (killing it if it is still alive after ``grace`` s) and read what is left."""
+        if not self.exited:  # EOF comes a moment before the exit is visible: give it time to finish
+            select.select([self.pidfd], [], [], grace)
+        done, status, usage = os.wait4(self.pid, os.WNOHANG)
+        if done == 0:
+            self.killed = True
+            os.kill(self.pid, signal.SIGKILL)
+            _, status, usage = os.wait4(self.pid, 0)
+        self.status, self.cpu = status, usage.ru_utime + usage.ru_stime
+        _drain(self.fd, self.buf, self.cap)  # bytes written just before the exit
+        self.overflow = len(self.buf) > self.cap
+        os.close(self.pidfd)
+        os.close(self.fd)
+
+    def data(self) -> bytes:
+        return bytes(self.buf[: self.cap])
+
+    def result(self, prefix: str) -> dict[str, Any]:
+        return {f"{prefix}status": self.status, f"{prefix}cpu": self.cpu, f"{prefix}killed": self.killed}
+
+
+def _collect(streams: list[_Stream], deadline: float, first_deadline: float) -> bool:
+    """Read every stream until each process is done or ``deadline`` passes (True: it passed).
+
+    Until the first stream's first bytes arrive, ``first_deadline`` applies instead.
+    """
+    timed_out = False
+    while not all(s.done for s in streams):
+        limit = first_deadline if not streams[0].buf else deadline
+        remaining = limit - time.monotonic()
         if remaining <= 0:
             timed_out = True
             break
-        readable, _, _ = select.select([r, pidfd], [], [], remaining)
-        if pidfd in readable:
-            exited = True
-        got_eof = _drain(r, data, cap)
-        overflow = len(data) > cap
-        scanned, ended = end_offset(data, scanned)
-        if exited or got_eof:
-            break
-    if not exited:  # EOF comes a moment before the exit is visible: give the process time to finish
-        select.select([pidfd], [], [], 0.5 if not (timed_out or overflow) else 0)
-    done, status, usage = os.wait4(pid, os.WNOHANG)
-    killed = done == 0
-    if killed:
-        os.kill(pid, signal.SIGKILL)
-        _, status, usage = os.wait4(pid, 0)
-    os.close(pidfd)
-    os.close(r)
-    return {
-        "data": bytes(data[:cap]),
-        "p_status": status,
-        "p_cpu": usage.ru_utime + usage.ru_stime,
-        "deadline": timed_out,
-        "overflow": overflow,
-        "killed": killed,
-    }
+        live = [s for s in streams if not s.done]
+        fds = [fd for s in live for fd in (s.fd, s.pidfd)]
+        readable, _, _ = select.select(fds, [], [], remaining)
+        for s in live:
+            s.poll(readable)
+    for s in streams:
+        s.finish(0.5 if not (timed_out or s.overflow) else 0)
+    return timed_out
 
 
 def _drain(fd: int, data: bytearray, cap: int) -> bool:

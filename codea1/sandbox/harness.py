@@ -1,0 +1,193 @@
+"""The harness side of a check: the process H that runs an evalplus-style ``check(candidate)``.
+
+A check job has two sandboxed processes, both forked by the job runner R:
+
+* H (this module) executes the harness (the benchmark's ``check`` with its reference and its
+  inputs) and calls ``check`` with a :class:`CandidateProxy`;
+* P (:mod:`codea1.sandbox.program`) executes the candidate's definitions and forks one call
+  server C, which evaluates ``entry_point(*args, **kwargs)`` for each request of H.
+
+The proxy sends each call's arguments to C and receives the returned value in the typed value
+encoding (:mod:`value_codec`), decoded here. So everything the harness compares, asserts and
+decides runs in H, where candidate code never runs: the candidate only ever ships return values.
+A returned value that is not plain data (e.g. an object whose ``__eq__`` always says True) is
+refused: the call raises :class:`NotPlainData` and the check fails, even if the harness catches it.
+H reports one record, ``("check", status, reason)``, on its own pipe, which only H holds.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import select
+import signal
+import sys
+import time
+from typing import Any
+
+from codea1.sandbox import isolation
+from codea1.sandbox.program import (
+    CALL_REQUEST_FD,
+    CALL_RESPONSE_FD,
+    CappedSink,
+    isolate_fds,
+    read_frame,
+    type_name,
+    write_all,
+)
+from codea1.sandbox.value_codec import (
+    RESULT_RAISE,
+    RESULT_UNENCODABLE,
+    RESULT_VALUE,
+    CodecError,
+    decode,
+    encode,
+    frame,
+)  # fmt: skip
+
+_PLAIN_SCALARS = (type(None), bool, int, float, complex, str, bytes)
+_PLAIN_CONTAINERS = (list, tuple, set, frozenset)
+
+
+class NotPlainData(Exception):
+    """The candidate returned a value that is not plain data (or could not be encoded)."""
+
+
+class CandidateGone(BaseException):
+    """The candidate's call server ended, or broke the call protocol (not catchable as Exception)."""
+
+
+class CandidateRaised(Exception):
+    """The candidate raised an exception that is not a builtin exception type."""
+
+
+def is_plain(value: Any) -> bool:
+    """True when ``value`` is plain data throughout (exact builtin types, no other objects)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        t = type(v)
+        if t in _PLAIN_SCALARS:
+            continue
+        if t in _PLAIN_CONTAINERS:
+            stack.extend(v)
+        elif t is dict:
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        else:
+            return False
+    return True
+
+
+class CandidateProxy:
+    """Stands for the candidate's entry point inside the harness: each call runs in the call server.
+
+    ``failure`` records the first event that must fail the check whatever the harness does with
+    the exception it sees (a refused value, the server gone, a protocol breach, MemoryError, the
+    wall-clock backstop). ``wall_s`` is the wall time the candidate may take over all its calls
+    (a sleeping candidate uses no CPU, so its CPU budget alone would not end it).
+    """
+
+    def __init__(self, max_bytes: int, wall_s: float) -> None:
+        self.max_bytes = max_bytes
+        self.wall_left = wall_s
+        self.failure: tuple[str, str] | None = None
+
+    def _fail(self, status: str, reason: str) -> None:
+        if self.failure is None:
+            self.failure = (status, reason)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.failure is not None and self.failure[0] in ("gone", "timeout", "error"):
+            raise CandidateGone(self.failure[1])
+        request = (list(args), dict(kwargs))
+        if not is_plain(request):
+            raise NotPlainData("a call argument is not plain data and cannot reach the candidate")
+        payload = encode(request, 1 << 26)
+        start = time.monotonic()
+        try:
+            write_all(CALL_REQUEST_FD, frame(payload))
+            ready, _, _ = select.select([CALL_RESPONSE_FD], [], [], max(self.wall_left, 0.0))
+            if not ready:
+                self._fail("timeout", "wall-clock backstop")
+                raise CandidateGone("wall-clock backstop")
+            response = read_frame(CALL_RESPONSE_FD, self.max_bytes + 1024)
+            self.wall_left -= time.monotonic() - start
+        except (OSError, ValueError) as e:
+            self._fail("error", f"protocol violation: call answer broken ({type(e).__name__})")
+            raise CandidateGone("protocol violation") from None
+        if response is None:
+            self._fail("gone", "candidate process ended")
+            raise CandidateGone("candidate process ended")
+        kind, body = response[:1], response[1:]
+        if kind == RESULT_VALUE:
+            try:
+                value = decode(body)
+            except (CodecError, RecursionError):
+                value = NotPlainData
+            if value is NotPlainData or not is_plain(value):
+                self._fail("fail", "returned a value that is not plain data")
+                raise NotPlainData("the candidate returned a value that is not plain data")
+            return value
+        if kind == RESULT_UNENCODABLE:
+            self._fail("fail", "unencodable value")
+            raise NotPlainData("the candidate returned a value that cannot be encoded")
+        if kind == RESULT_RAISE:
+            name = body[:100].decode("utf-8", "replace")
+            if name == "MemoryError":
+                self._fail("memory", "MemoryError")
+            exc = getattr(builtins, name, None)
+            if isinstance(exc, type) and issubclass(exc, BaseException):
+                raise exc(f"raised by the candidate ({name})")
+            raise CandidateRaised(name)
+        self._fail("error", "protocol violation: unknown kind of call answer")
+        raise CandidateGone("protocol violation")
+
+
+def harness_main(task: dict[str, Any], report_fd: int, call_fds: tuple[int, int], context: dict[str, Any],
+                 protected: tuple[int, int, int]) -> None:  # fmt: skip
+    """Run ``check(proxy)`` once and report ``("check", status, reason)``; never returns."""
+    out = report_fd
+    try:
+        isolation.set_parent_death_signal(signal.SIGKILL)
+        out = isolate_fds(report_fd, call_fds)
+        os.chdir(context["scratch"])
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+            signal.signal(sig, signal.SIG_DFL)
+        budget = task["load_cpu_s"] + task["test_cpu_s"]
+        isolation.apply_program_rlimits(task["memory_mb"], budget, task["test_cpu_s"])
+        if context["filters"] is not None:
+            context["filters"].install_program(protected)
+    except BaseException as e:  # noqa: BLE001
+        _report(out, "error", f"sandbox setup failed: {type(e).__name__}: {e}")
+        os._exit(0)
+    sys.stdout = sys.stderr = CappedSink()
+    proxy = CandidateProxy(task["max_output_bytes"], task["wall_factor"] * task["test_cpu_s"] + 0.5)
+    ns: dict[str, Any] = {"__name__": "__harness__", "__builtins__": builtins, task["entry_point"]: proxy}
+    signal.setitimer(signal.ITIMER_PROF, budget)
+    status, reason = _run_harness(task["harness"], ns, proxy)
+    signal.setitimer(signal.ITIMER_PROF, 0)
+    if proxy.failure is not None:  # whatever the harness made of it, the check did not pass
+        status, reason = proxy.failure
+    _report(out, status, reason)
+    os._exit(0)
+
+
+def _run_harness(harness: str, ns: dict[str, Any], proxy: CandidateProxy) -> tuple[str, str]:
+    """Execute the harness and call its ``check``: ("pass" | "fail" | "error", reason)."""
+    try:
+        exec(compile(harness, "<harness>", "exec"), ns)
+    except BaseException as e:  # noqa: BLE001
+        return "error", f"harness did not load: {type_name(e)}"
+    check = ns.get("check")
+    if not callable(check):
+        return "error", "harness defines no check()"
+    try:
+        check(proxy)
+    except BaseException as e:  # noqa: BLE001 - whatever the check raised, it did not pass
+        return "fail", type_name(e)
+    return "pass", ""
+
+
+def _report(fd: int, status: str, reason: str) -> None:
+    write_all(fd, frame(encode(("check", status, reason[:300]), 1 << 16)))
