@@ -19,7 +19,13 @@ from codea1.cli import CliError
 from codea1.config import EngineConfig, SandboxConfig
 from codea1.core.estimators import ks_for
 from codea1.engine.base import Policy, SamplingParams
-from codea1.eval.budgets import check_budget, reference_failures, reference_timings
+from codea1.eval.budgets import (
+    TIMINGS_VERSION,
+    check_budget,
+    reference_failures,
+    reference_timings,
+    vacuous_harnesses,
+)
 from codea1.eval.code_eval import with_golden_harness
 from codea1.eval.errata import apply_errata, errata_fingerprint
 from codea1.eval.results import ResultStore, format_table, write_json_atomic
@@ -152,13 +158,15 @@ def budgets_for(problems: Sequence[Problem], args: argparse.Namespace) -> tuple[
     from codea1.data.problems import dataset_hash
 
     digest = dataset_hash(problems)
-    name = f"{digest[:16]}-{errata_fingerprint()}.json"
+    name = f"{digest[:16]}-{errata_fingerprint()}-v{TIMINGS_VERSION}.json"
     cache = (args.cache_dir or default_cache_dir()) / "reference_times" / name
     note = "" if cache.exists() else " (first run on this dataset: measuring every reference once)"
     _say(f"reference timings: {cache}{note}")
     timings = reference_timings(problems, cache, workers=args.workers)
     for pid, err in sorted(reference_failures(timings).items()):
         _say(f"warning: reference of {pid} fails its own harness: {err}")
+    for pid, passed in sorted(vacuous_harnesses(timings).items()):
+        _say(f"warning: the harness of {pid} cannot fail (passed sentinel candidates: {passed})")
     budgets = {
         pid: check_budget(t.cpu_s, args.budget_floor, args.budget_factor) for pid, t in timings.items()
     }

@@ -1,15 +1,19 @@
 """Per-problem time budgets derived from the reference solution's measured CPU time (as evalplus does).
 
 Each reference is run once against its own (errata-patched) harness in a separate interpreter, with
-the reference and the harness in separate namespaces, and the CPU time of defining both and calling
-``check`` is recorded. The measurements double as the validation of every reference against its
-harness (``ok`` / ``error``). They are cached in a JSON file keyed by the dataset hash and the errata
-table, so a benchmark is measured once per machine. ``budget = max(floor, factor x reference time)``.
+the reference and the harness in separate namespaces (the harness program as the sandbox runs it:
+the question's helpers first, the entry point's name bound to the reference), and the CPU time of
+defining both and calling ``check`` is recorded. The measurements double as the validation of every
+reference against its harness (``ok`` / ``error``) and of the harness itself: sentinel candidates
+that are wrong by construction (one returns a fresh ``object()``, one a constant string, one
+raises) are run through it too, and a harness that passes one of them cannot fail and is reported
+(``vacuous``). They are cached in a JSON file keyed by the dataset hash, the errata table and
+:data:`TIMINGS_VERSION`, so a benchmark is measured once per machine.
+``budget = max(floor, factor x reference time)``.
 
 The measuring process runs trusted code only (dataset references and harnesses), with a scrubbed
 environment, a temporary working directory and a CPU-time rlimit; it is not a sandbox.
 
-Imports: stdlib, ``codea1.types``, ``codea1.eval.results``.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
+from codea1.eval.code_eval import harness_program
 from codea1.eval.results import read_json, write_json_atomic
 from codea1.types import Problem
 
@@ -32,22 +37,42 @@ DEFAULT_FLOOR_S = 4.0
 """Smallest CPU budget of one whole harness check (seconds)."""
 DEFAULT_FACTOR = 4.0
 """Budget multiple of the reference's CPU time (evalplus uses 4x the ground truth's time)."""
+TIMINGS_VERSION = 2
+"""Bumped when what a cached measurement holds changes (2: sentinel candidates)."""
 MEASURE_TIMEOUT_S = 600.0
 """Wall-clock limit for measuring one reference; slower references are recorded as failing."""
 
 _DRIVER = r"""
-import json, sys, time, traceback
+import json, sys, time
 job = json.loads(sys.stdin.read())
+entry = job["entry_point"]
+
+def run(candidate):
+    harn = {"__name__": "__harness__", entry: candidate}
+    exec(compile(job["harness"], "<harness>", "exec"), harn)
+    harn["check"](candidate)
+
+def raises(*args, **kwargs):
+    raise RuntimeError("codea1 sentinel")
+
 t0 = time.process_time()
 try:
-    cand, harn = {"__name__": "__candidate__"}, {"__name__": "__harness__"}
+    cand = {"__name__": "__candidate__"}
     exec(compile(job["reference"], "<reference>", "exec"), cand)
-    exec(compile(job["harness"], "<harness>", "exec"), harn)
-    harn["check"](cand[job["entry_point"]])
+    run(cand[entry])
     ok, error = True, ""
 except BaseException as e:
     ok, error = False, (type(e).__name__ + ": " + str(e))[:300]
-out = {"cpu_s": time.process_time() - t0, "ok": ok, "error": error}
+cpu_s = time.process_time() - t0
+vacuous = []
+sentinels = (("returns object()", lambda *a, **k: object()), ("returns a constant string", lambda *a, **k: "\x00codea1 sentinel"), ("raises", raises))
+for name, fn in sentinels:
+    try:
+        run(fn)
+        vacuous.append(name)
+    except BaseException:
+        pass
+out = {"cpu_s": cpu_s, "ok": ok, "error": error, "vacuous": ", ".join(vacuous)}
 sys.stdout.write("\n__CODEA1_TIMING__" + json.dumps(out) + "\n")
 """
 
@@ -59,6 +84,8 @@ class ReferenceTiming:
     cpu_s: float
     ok: bool
     error: str = ""
+    vacuous: str = ""
+    """The sentinel candidates (wrong by construction) that passed the harness; empty if none."""
 
 
 def check_budget(ref_cpu_s: float, floor_s: float = DEFAULT_FLOOR_S, factor: float = DEFAULT_FACTOR) -> float:
@@ -79,7 +106,8 @@ def measure_reference(problem: Problem, timeout_s: float = MEASURE_TIMEOUT_S) ->
     """Run ``problem.reference`` against ``problem.harness`` once and time it (CPU seconds)."""
     if not problem.harness:
         return ReferenceTiming(0.0, False, "no harness")
-    job = {"reference": problem.reference, "harness": problem.harness, "entry_point": problem.entry_point}
+    harness = harness_program(problem, problem.harness)
+    job = {"reference": problem.reference, "harness": harness, "entry_point": problem.entry_point}
     with tempfile.TemporaryDirectory(prefix="codea1-reftime-") as tmp:
         env = {"PATH": os.defpath, "HOME": tmp, "TMPDIR": tmp, "OMP_NUM_THREADS": "1"}
         try:
@@ -100,7 +128,7 @@ def measure_reference(problem: Problem, timeout_s: float = MEASURE_TIMEOUT_S) ->
         tail = (proc.stderr or proc.stdout)[-300:]
         return ReferenceTiming(0.0, False, f"exit code {proc.returncode}: {tail}")
     out = json.loads(proc.stdout[marker + len("__CODEA1_TIMING__") :].strip())
-    return ReferenceTiming(float(out["cpu_s"]), bool(out["ok"]), str(out["error"]))
+    return ReferenceTiming(float(out["cpu_s"]), bool(out["ok"]), str(out["error"]), str(out["vacuous"]))
 
 
 def reference_timings(
@@ -136,3 +164,8 @@ def reference_timings(
 def reference_failures(timings: dict[str, ReferenceTiming]) -> dict[str, str]:
     """Problem id → error, for every reference that failed its own harness."""
     return {pid: t.error for pid, t in timings.items() if not t.ok}
+
+
+def vacuous_harnesses(timings: dict[str, ReferenceTiming]) -> dict[str, str]:
+    """Problem id → the sentinels that passed, for every harness that cannot fail."""
+    return {pid: t.vacuous for pid, t in timings.items() if t.vacuous}

@@ -6,8 +6,6 @@ already-extracted solution. The candidate program is the problem's imports, any 
 question defines that the candidate does not (evalplus runs prompt + completion, so HumanEval/32's
 ``poly`` is available), then the code. A completion with no usable code counts as incorrect with its
 reason recorded.
-
-Imports: types, core.estimators, data.prompts, data.parsing, engine.base (Policy protocol only).
 """
 
 from __future__ import annotations
@@ -73,6 +71,18 @@ def candidate_program(problem: Problem, code: str) -> str:
     return "\n\n".join(p for p in pieces if p) + "\n"
 
 
+def harness_program(problem: Problem, harness: str) -> str:
+    """What the harness process runs: the problem's imports, every helper the question defines
+    (HumanEval/32's ``poly``, /38's ``encode_cyclic``), then the harness.
+
+    The reference harness runs prompt + completion + test as one program, so its tests may call
+    the prompt's helpers, and the entry point by name (HumanEval/33 calls ``sort_third``); the
+    sandbox binds that name to the candidate unless the harness defines it itself.
+    """
+    pieces = [problem.imports.strip(), question_helpers(problem, ""), harness]
+    return "\n\n".join(p for p in pieces if p) + "\n"
+
+
 def code_of(problem: Problem, item: CodeInput) -> tuple[str | None, str]:
     """The code to check for one completion, or ``(None, reason)`` when none can be used."""
     if item.extracted:
@@ -120,7 +130,8 @@ def check_completions(
                 rec["reason"][si] = reason
                 continue
             program = candidate_program(p, code)
-            jobs.append(CheckJob(f"{p.id}#{si}", program, p.entry_point, p.harness, budgets[p.id]))
+            harness = harness_program(p, p.harness)
+            jobs.append(CheckJob(f"{p.id}#{si}", program, p.entry_point, harness, budgets[p.id]))
             slots.append((pi, si))
         records.append(rec)
     for (pi, si), verdict in zip(slots, checker.run_checks(jobs), strict=True):

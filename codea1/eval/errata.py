@@ -47,6 +47,21 @@ def _entry_point_fix(problem_id: str, listed: str, tested: str) -> Erratum:
     )
 
 
+def _missing_assert_fix(problem_id: str) -> Erratum:
+    """The harness's ``assertion`` computes ``exact_match`` and never asserts it: nothing can fail."""
+    match = "        exact_match = exp == (out is not None)\n"
+    return Erratum(
+        problem_id=problem_id,
+        replacements=((match + "\ndef check(", match + "    assert exact_match\n\ndef check("),),
+        why=(
+            "The harness's assertion() computes exact_match (the candidate's re.match result, or "
+            "bool, against the expected bool) and never asserts it, so every candidate passes, a "
+            "constant wrong one included. Found by the sentinel candidates run with the reference "
+            "timings; the patch restores the missing `assert exact_match`."
+        ),
+    )
+
+
 ERRATA: tuple[Erratum, ...] = (
     Erratum(
         problem_id="HumanEval/32",
@@ -78,6 +93,7 @@ ERRATA: tuple[Erratum, ...] = (
             "parameter shadowing the function's own name."
         ),
     ),
+    *(_missing_assert_fix(pid) for pid in ("MBPP/737", "MBPP/787", "MBPP/794")),
     _entry_point_fix("MBPP/6", "is_Power_Of_Two", "differ_At_One_Bit_Pos"),
     _entry_point_fix("MBPP/123", "div_sum", "amicable_numbers_sum"),
     _entry_point_fix("MBPP/301", "dict_depth_aux", "dict_depth"),

@@ -50,7 +50,7 @@ _PLAIN_CONTAINERS = (list, tuple, set, frozenset)
 
 
 class NotPlainData(Exception):
-    """The candidate returned a value that is not plain data (or could not be encoded)."""
+    """A value that is not plain data was used, or could not reach the other side."""
 
 
 class CandidateGone(BaseException):
@@ -59,6 +59,40 @@ class CandidateGone(BaseException):
 
 class CandidateRaised(Exception):
     """The candidate raised an exception that is not a builtin exception type."""
+
+
+_USES = (
+    "eq ne lt le gt ge bool len iter contains getitem hash int float index complex str repr format bytes "
+    "add radd sub rsub mul rmul truediv rtruediv floordiv rfloordiv mod rmod pow rpow neg pos abs "
+    "and rand or ror xor rxor lshift rshift invert round reversed array"
+).split()
+
+
+class NotPlainValue:
+    """Stands for a returned value that is not plain data (an object, a match, a generator...).
+
+    Only its identity may be looked at (``out is None`` / ``is not None``, as MBPP/737's harness
+    does with ``re.match`` results). Any other use — comparing it, truth-testing it, converting,
+    printing or hashing it — fails the check, even if the harness catches the exception: a value
+    whose ``__eq__`` claims equality can never satisfy a harness.
+    """
+
+    __slots__ = ("_proxy", "_what")
+
+    def __init__(self, proxy: CandidateProxy, what: str) -> None:
+        object.__setattr__(self, "_proxy", proxy)
+        object.__setattr__(self, "_what", what)
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        what = object.__getattribute__(self, "_what")
+        object.__getattribute__(self, "_proxy")._fail(
+            "fail", f"used a returned value that is not plain data ({what})"
+        )
+        raise NotPlainData(f"the candidate returned a value that is not plain data ({what})")
+
+
+for _name in _USES:
+    setattr(NotPlainValue, f"__{_name}__", NotPlainValue._refuse)
 
 
 def is_plain(value: Any) -> bool:
@@ -124,10 +158,10 @@ class CandidateProxy:
             try:
                 value = decode(body)
             except (CodecError, RecursionError):
-                value = NotPlainData
-            if value is NotPlainData or not is_plain(value):
-                self._fail("fail", "returned a value that is not plain data")
-                raise NotPlainData("the candidate returned a value that is not plain data")
+                self._fail("error", "protocol violation: undecodable call answer")
+                raise CandidateGone("protocol violation") from None
+            if not is_plain(value):
+                return NotPlainValue(self, getattr(value, "type_name", type(value).__name__)[:100])
             return value
         if kind == RESULT_UNENCODABLE:
             self._fail("fail", "unencodable value")
