@@ -14,6 +14,9 @@ from codea1.types import CheckJob, Verdict
 
 HARNESS_LOAD_CPU_S = 10.0
 """Extra CPU budget for loading a harness (evalplus harnesses hold large literal input lists)."""
+CHECK_VALUE_BYTES = 1 << 26
+"""Largest encoded value one call may return to the harness (HumanEval/14's prefixes of long
+strings and MBPP/255's combinations are megabytes; grid tests keep ``max_output_bytes``)."""
 
 
 def check_task(job: CheckJob, cfg: SandboxConfig) -> ProgramTask:
@@ -22,6 +25,7 @@ def check_task(job: CheckJob, cfg: SandboxConfig) -> ProgramTask:
         return ProgramTask.make(
             job.code, job.entry_point, ("check",), cfg, harness=job.harness,
             load_cpu_s=cfg.load_cpu_s + HARNESS_LOAD_CPU_S, test_cpu_s=job.cpu_s,
+            max_output_bytes=CHECK_VALUE_BYTES,
         )  # fmt: skip
     except ValueError as e:
         raise ValueError(f"CheckJob {job.id!r}: {str(e).replace('test_cpu_s', 'cpu_s')}") from e

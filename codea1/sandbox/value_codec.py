@@ -71,14 +71,36 @@ def _safe_repr(value: Any) -> str:
     return text[:REPR_CAP]
 
 
+_BASE_CONTENT: tuple[tuple[type, Any], ...] = (
+    (str, str.__str__),
+    (int, int.__int__),
+    (float, float.__float__),
+    (complex, lambda v: complex(complex.real.__get__(v), complex.imag.__get__(v))),
+    (bytes, lambda v: bytes(memoryview(v))),
+    (dict, lambda v: dict(dict.items(v))),
+    (list, lambda v: list(list.__iter__(v))),
+    (tuple, lambda v: tuple(tuple.__iter__(v))),
+    (set, lambda v: set(set.__iter__(v))),
+    (frozenset, lambda v: frozenset(frozenset.__iter__(v))),
+)
+"""How the content of a subclass of a plain type is read with the base type's own methods, so
+that no method the subclass overrides (``__eq__``, ``__iter__``, ``__str__``...) is consulted."""
+
+
 def _as_plain(value: Any) -> Any:
-    """numpy scalars/arrays (only if numpy is already imported) become Python values."""
+    """Plain data for values that carry it: numpy scalars/arrays (only if numpy is already imported)
+    become Python values, and subclasses of plain types (``Counter``, ``OrderedDict``, a
+    ``namedtuple``, an ``IntEnum`` member, a ``str`` subclass) become their base type's content,
+    as Python's own ``==`` compares them. Anything else is returned unchanged."""
     module = getattr(type(value), "__module__", "")
-    if module == "numpy" and hasattr(value, "tolist"):
-        try:
+    try:
+        if module == "numpy" and hasattr(value, "tolist"):
             return value.tolist()
-        except BaseException:  # noqa: BLE001
-            return value
+        for base, content in _BASE_CONTENT:
+            if isinstance(value, base):
+                return content(value)
+    except BaseException:  # noqa: BLE001 - a hostile subclass stays opaque
+        return value
     return value
 
 
