@@ -8,8 +8,6 @@ table, so a benchmark is measured once per machine. ``budget = max(floor, factor
 
 The measuring process runs trusted code only (dataset references and harnesses), with a scrubbed
 environment, a temporary working directory and a CPU-time rlimit; it is not a sandbox.
-
-Imports: stdlib, ``codea1.types``, ``codea1.eval.results``.
 """
 
 from __future__ import annotations

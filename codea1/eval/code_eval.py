@@ -6,8 +6,6 @@ already-extracted solution. The candidate program is the problem's imports, any 
 question defines that the candidate does not (evalplus runs prompt + completion, so HumanEval/32's
 ``poly`` is available), then the code. A completion with no usable code counts as incorrect with its
 reason recorded.
-
-Imports: types, core.estimators, data.prompts, data.parsing, engine.base (Policy protocol only).
 """
 
 from __future__ import annotations

@@ -4,8 +4,6 @@ Code samples (the evalplus habit): one ``{"id", "completion"}`` (raw model text;
 extracted) or ``{"id", "solution"}`` (code as is) per line; several lines per id are several
 samples, in file order. Test suites: ``{"id", "completion"}`` (raw Test-LLM text) or
 ``{"id", "tests": ["assert ...", ...]}``; several lines per id are several suites.
-
-Imports: types, data.parsing, eval.results, eval.code_eval, eval.test_eval.
 """
 
 from __future__ import annotations
