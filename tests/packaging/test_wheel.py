@@ -40,7 +40,8 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, src / name)
     dist = tmp_path_factory.mktemp("dist")
-    cmd = [sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation", "-q", "-w", str(dist)]
+    cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist)]
+    cmd.append(str(src))
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     (built,) = dist.glob("codea1-*.whl")
@@ -66,7 +67,8 @@ def test_the_wheel_holds_every_package_file(wheel: Path) -> None:
 def test_an_installed_wheel_finds_every_preset_from_any_directory(wheel: Path, tmp_path: Path) -> None:
     site, elsewhere = tmp_path / "site", tmp_path / "elsewhere"
     elsewhere.mkdir()
-    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target", str(site), str(wheel)]
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(site)]
+    cmd.append(str(wheel))
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     script = (
@@ -89,7 +91,7 @@ def test_an_installed_wheel_finds_every_preset_from_any_directory(wheel: Path, t
     assert set(presets.split()) == SHIPPED_PRESETS
     assert int(n_demo) > 0
     train = [sys.executable, "-m", "codea1", "train", "--preset", "tiny-cpu", "--engine", "scripted"]
-    train += ["--steps", "1", "--progress", "plain", "--set", "tracking.tensorboard=false", "--run-dir", "run"]
+    train += "--steps 1 --progress plain --set tracking.tensorboard=false --run-dir run".split()
     done = subprocess.run(train, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "finished step 1/1" in done.stdout
