@@ -175,9 +175,9 @@ def step_metrics(
         "coder/skipped_prompts": float(sum(s.role == "coder" for s in rollout.skipped)),
         "exec/scoring_errors": float(sum(bool(s.error) for s in scores)),
     }
-    scored = [s for s in scores if isinstance(s, ProblemScore)]
-    breakdowns = [b for s in scored for b in s.breakdowns]
-    if scored:  # Code-A1 and self-play: R_T and its terms
+    problem_scores = [s for s in scores if isinstance(s, ProblemScore)]
+    breakdowns = [b for s in problem_scores for b in s.breakdowns]
+    if problem_scores:  # Code-A1 and self-play: R_T and its terms
         suite_r = [x for b in breakdowns for x in b.suites]
         hist = [b for b in breakdowns if b.history_total]
         m |= {
@@ -198,7 +198,7 @@ def step_metrics(
         golden = [s for s in scores if isinstance(s, GoldenScore)]
         m["exec/code_valid_rate"] = _mean([float(v) for s in golden for v in s.code_valid])
         m["exec/golden_pass_rate"] = _mean(rewards)
-    grids = [s.grid for s in scored if s.grid is not None]
+    grids = [s.grid for s in problem_scores if s.grid is not None]
     verdicts = [v.status for g in grids for row in g.verdicts for v in row]
     m["exec/verdicts"] = float(len(verdicts))
     m["exec/timeout_rate"] = _mean([1.0 if v == "timeout" else 0.0 for v in verdicts])

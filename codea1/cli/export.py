@@ -30,8 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="adapters runs: write a PEFT adapter directory instead of merging",
     )
     p.add_argument(
-        "--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
-        help="weights dtype of the export (default auto: the dtype the checkpoint was saved in)",
+        "--dtype", default="auto", metavar="DTYPE",
+        help="auto, float32, bfloat16 or float16 (default auto: the dtype the checkpoint was saved in)",
     )  # fmt: skip
     p.add_argument("--force", action="store_true", help="replace OUT when it holds an earlier export")
     p.add_argument("--push-to-hub", metavar="REPO", help="then upload OUT to the Hugging Face Hub repo REPO")
@@ -45,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
     from codea1.engine.loading import ModelLoadError
     from codea1.export import ExportError, check_hub_repo, export_checkpoint, plan_export, push_to_hub
 
+    if args.private and not args.push_to_hub:
+        raise CliError("--private applies to --push-to-hub REPO, which was not given")
     try:
         plan = plan_export(args.role_dir, args.out, adapter=args.adapter, dtype=args.dtype, force=args.force)
         if args.push_to_hub:

@@ -70,6 +70,8 @@ def test_a_non_empty_output_is_refused_without_force(tmp_path: Path, capsys) -> 
         ("adapter-of-separate", "holds full weights"),
         ("bad-repo", "not a valid repository id"),
         ("inside", "inside the checkpoint"),
+        ("dtype", "unknown dtype 'int8'"),
+        ("private", "--private applies to --push-to-hub"),
     ],
 )
 def test_bad_arguments_are_one_line_errors_and_write_nothing(
@@ -86,6 +88,10 @@ def test_bad_arguments_are_one_line_errors_and_write_nothing(
         argv.append("--adapter")
     elif case == "bad-repo":
         argv += ["--push-to-hub", "not a/valid//repo"]
+    elif case == "dtype":
+        argv += ["--dtype", "int8"]
+    elif case == "private":
+        argv.append("--private")
     elif case == "inside":
         out = role / "exported"
         argv[2] = str(out)
