@@ -1,8 +1,9 @@
 """The wheel ships what an installed codea1 needs: every module, preset, prompt template and demo file.
 
-The wheel is built from a copy of the source tree (so the build leaves nothing in the checkout),
-installed with ``pip install --target`` into an empty directory, and run from another empty
-directory, so neither the checkout nor the current directory can supply a preset.
+The wheel is built offline (``--no-build-isolation``; the test extra installs setuptools) from a copy
+of the source tree, so the build leaves nothing in the checkout; it is installed with ``pip install
+--target`` into an empty directory and run from another empty directory, so neither the checkout nor
+the current directory can supply a preset.
 """
 
 from __future__ import annotations
