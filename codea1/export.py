@@ -94,7 +94,8 @@ def plan_export(
     try:
         trained = load_config(str(run_config)).engine
     except ConfigError as e:
-        raise ExportError(f"{run_config}: cannot read the checkpoint's configuration: {e}") from None
+        reason = " ".join(str(e).split())  # one line
+        raise ExportError(f"{run_config}: cannot read the checkpoint's configuration: {reason}") from None
     role = role_dir.name
     base = trained.tester_model if role == "tester" and trained.tester_model else trained.coder_model
     if dtype not in DTYPES:

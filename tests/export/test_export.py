@@ -44,12 +44,12 @@ def _leftovers(parent: Path, out: Path) -> list[str]:
     return sorted(p.name for p in parent.iterdir() if p.name.startswith(f".{out.name}."))
 
 
-def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    """The one-line error of a refused command (after any progress bars of model loading)."""
+def _refused(argv: list[str], capsys: pytest.CaptureFixture[str], *, loaded: bool = False) -> str:
+    """The one-line error of a refused command; ``loaded``: after the progress bars of model loading."""
     assert main(argv) == 2
-    err = capsys.readouterr().err.splitlines()[-1]
-    assert err.startswith("codea1: error: "), err
-    return err
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[-1].startswith("codea1: error: ") and (loaded or len(lines) == 1), lines
+    return lines[-1]
 
 
 def test_a_non_empty_output_is_refused_without_force(tmp_path: Path, capsys) -> None:
@@ -72,6 +72,7 @@ def test_a_non_empty_output_is_refused_without_force(tmp_path: Path, capsys) -> 
         ("inside", "inside the checkpoint"),
         ("dtype", "unknown dtype 'int8'"),
         ("private", "--private applies to --push-to-hub"),
+        ("bad-config", "cannot read the checkpoint's configuration"),
     ],
 )
 def test_bad_arguments_are_one_line_errors_and_write_nothing(
@@ -92,6 +93,8 @@ def test_bad_arguments_are_one_line_errors_and_write_nothing(
         argv += ["--dtype", "int8"]
     elif case == "private":
         argv.append("--private")
+    elif case == "bad-config":
+        (role.parent / "config.yaml").write_text("engine:\n  mode: nope\n  no_such_key: 1\n")
     elif case == "inside":
         out = role / "exported"
         argv[2] = str(out)
@@ -252,5 +255,6 @@ def test_a_failed_export_leaves_nothing(base_model: Path, tmp_path: Path, capsys
     role_dir = _trained_checkpoint(tmp_path / "run", base_model, "separate")
     out = tmp_path / "exported"
     with mock.patch("codea1.export._move_into_place", side_effect=OSError("disk full")):
-        assert "nothing was written: disk full" in _refused(["export", str(role_dir), str(out)], capsys)
+        err = _refused(["export", str(role_dir), str(out)], capsys, loaded=True)
+    assert "nothing was written: disk full" in err
     assert not out.exists() and _leftovers(tmp_path, out) == []
