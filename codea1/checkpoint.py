@@ -12,7 +12,6 @@ It is written under ``step_NNNNNN.tmp`` and renamed when complete, so a director
 suffix is always whole. The book snapshot resolves the one ordering hazard: the live book commits
 step *s* before checkpoint *s* exists, so after a crash between the two the book is ahead of the
 latest checkpoint; resume restores the snapshot, which is the book exactly as of that checkpoint.
-Imports: standard library, numpy, torch, config, engine.base.
 """
 
 from __future__ import annotations
@@ -32,6 +31,7 @@ import torch
 
 from codea1.config import RunConfig, dump_config
 from codea1.engine.base import Learner
+from codea1.replay.mistake_book import MistakeBook
 
 CHECKPOINT_DIR = "checkpoints"
 BOOK_FILE = "mistake_book.sqlite"
@@ -164,16 +164,15 @@ def load_checkpoint(path: Path, learners: Mapping[str, Learner]) -> TrainerState
 def restore_book(checkpoint: Path, book_path: Path) -> bool:
     """Replace the live Mistake Book by the checkpoint's snapshot; returns False if it has none.
 
-    Called before the book is opened, so no connection holds the file; the SQLite side files
-    (``-wal``, ``-shm``, ``-journal``) of the newer book are removed with it.
+    Called before the book is opened, so no connection holds the file; the newer book is removed
+    with its SQLite side files (:meth:`MistakeBook.remove_files`).
     """
     snap = Path(checkpoint) / BOOK_FILE
     if not snap.exists():
         return False
     book_path = Path(book_path)
-    for side in ("-wal", "-shm", "-journal"):
-        Path(str(book_path) + side).unlink(missing_ok=True)
     tmp = book_path.with_name(book_path.name + ".restore.tmp")
     shutil.copyfile(snap, tmp)
+    MistakeBook.remove_files(book_path)
     os.replace(tmp, book_path)
     return True

@@ -1,6 +1,6 @@
 """The run configuration: one dataclass tree, strict YAML presets, command-line overrides.
 
-Every field has a docstring. ``load_config`` reads a preset (a name under ``configs/`` or a path),
+Every field has a docstring. ``load_config`` reads a preset (a name under ``codea1/presets/`` or a path),
 applies ``section.field=value`` overrides, and checks invariants; unknown keys and wrong types fail
 with a message that names the key and the valid alternatives. Only the standard library and PyYAML
 are used.
@@ -266,7 +266,7 @@ class TrackingConfig:
 
 @dataclass
 class RunConfig:
-    """Everything a run needs. Presets live in ``configs/*.yaml``."""
+    """Everything a run needs. Presets live in ``codea1/presets/*.yaml`` (package data)."""
 
     data: DataConfig = field(default_factory=DataConfig)
     """Problems."""
@@ -364,21 +364,27 @@ def check_invariants(cfg: RunConfig) -> None:
 # Strict loading
 # --------------------------------------------------------------------------------------------------
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
-"""Presets shipped with a source checkout."""
+PRESET_DIR = Path(__file__).resolve().parent / "presets"
+"""The presets, shipped inside the package (an installed wheel has them too)."""
+
+
+def preset_names() -> list[str]:
+    """Names of the shipped presets, sorted (``tiny-cpu``, ``paper-1.5b``, ...)."""
+    return sorted(q.stem for q in PRESET_DIR.glob("*.yaml"))
 
 
 def preset_path(name_or_path: str) -> Path:
     """Resolve a preset name (``tiny-cpu``) or a YAML path to a file."""
     p = Path(name_or_path)
-    if p.suffix in (".yaml", ".yml") and p.exists():
+    if p.suffix in (".yaml", ".yml"):
+        if not p.is_file():
+            raise ConfigError(f"preset file {p} not found")
         return p
-    for base in (CONFIG_DIR, Path(__file__).resolve().parent / "presets"):
-        cand = base / f"{name_or_path}.yaml"
-        if cand.exists():
-            return cand
-    known = sorted(q.stem for q in CONFIG_DIR.glob("*.yaml")) if CONFIG_DIR.exists() else []
-    raise ConfigError(f"unknown preset {name_or_path!r}; known presets: {', '.join(known) or '(none found)'}")
+    cand = PRESET_DIR / f"{name_or_path}.yaml"
+    if cand.is_file():
+        return cand
+    known = ", ".join(preset_names()) or "(none found)"
+    raise ConfigError(f"unknown preset {name_or_path!r}; known presets: {known} (or give a YAML file)")
 
 
 def load_config(preset: str = "tiny-cpu", overrides: list[str] | None = None) -> RunConfig:

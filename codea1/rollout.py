@@ -19,7 +19,6 @@ Decisions:
 After scoring, :func:`coder_samples` and :func:`tester_samples` pair completions with rewards and GRPO
 groups (the tester keeps only the top-spread groups), :func:`training_batch` turns them into one
 role's engine batch with advantages, and :func:`sample_records` picks the samples saved per step.
-Imports: types, core.advantages, core.selection, data.prompts, data.parsing, engine.base.
 """
 
 from __future__ import annotations

@@ -8,7 +8,9 @@ suite with :func:`codea1.core.rewards.rewards`. A problem that cannot be scored 
 malformed grid, empty reference) gets zero rewards and a recorded ``error``; nothing here raises for
 one bad problem. Numbered choices are explained in docs/algorithm.md.
 
-Imports: core, data.parsing, replay, types, config.
+One score type per method family: :class:`ProblemScore` (Code-A1 and self-play: R_C, R_T and the
+Mistake-Book update) and :class:`GoldenScore` (the Golden-Tests baseline: R_C only); :data:`Score`
+is either, and :class:`GridRunner` is what both need from the sandbox.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import functools
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
 from codea1.config import LossConfig, RewardConfig
 from codea1.core.losses import policy_loss
@@ -50,7 +52,7 @@ class ScoringItem:
 
 @dataclass(frozen=True)
 class ProblemScore:
-    """Rewards of one problem and everything needed to explain them."""
+    """Rewards of one problem under Code-A1 or self-play, and everything needed to explain them."""
 
     problem_id: str
     code_rewards: tuple[float, ...]
@@ -344,6 +346,10 @@ class GoldenScore:
         d = {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items()}
         d["id"] = d.pop("problem_id")
         return d
+
+
+Score: TypeAlias = ProblemScore | GoldenScore
+"""One problem's score under any method (:func:`score_batch` or :func:`score_golden`)."""
 
 
 def score_golden(

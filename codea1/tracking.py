@@ -4,8 +4,7 @@ per-step rollout samples, phase timers and the live progress display.
 Metric keys are namespaced ``coder/ tester/ exec/ replay/ loss/ time/`` (see ``docs/metrics.md``).
 ``metrics.jsonl`` holds one JSON object per step, appended and flushed as one write, so a crash
 never leaves a torn line behind a complete one; :func:`truncate_metrics` drops lines past a
-checkpoint on resume. Imports: standard library, ``rich`` and (lazily) ``torch.utils.tensorboard``
-and ``wandb``.
+checkpoint on resume. TensorBoard and W&B are imported only when enabled.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ selection → policy updates → push weights → metrics. :meth:`Trainer.run` a
 and a clean stop on Ctrl-C. Methods: ``a1`` (Code-A1), ``golden`` (coder alone on golden tests),
 ``selfplay`` (one model, black-box tests that score its own code).
 
-The engine is reached only through ``engine.base`` (the cli picks the concrete one).
-Imports: config, types, core, data, sandbox, replay, tracking, engine.base, rollout, scoring, checkpoint.
+The engine is reached only through ``engine.base`` (the cli picks the concrete one), the sandbox
+only as a :class:`~codea1.scoring.GridRunner`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -36,10 +36,19 @@ from codea1.checkpoint import (
 from codea1.config import RunConfig, SamplingConfig
 from codea1.core.advantages import AdvantageStats
 from codea1.engine.base import Learner, Policy, SamplingParams, TrainBatch
-from codea1.replay.mistake_book import MistakeBook
-from codea1.scoring import ScoringItem, bind_policy_loss, score_batch, score_golden
+from codea1.replay.mistake_book import MistakeBook, StepReport
+from codea1.scoring import (
+    GoldenScore,
+    GridRunner,
+    ProblemScore,
+    Score,
+    ScoringItem,
+    bind_policy_loss,
+    score_batch,
+    score_golden,
+)
 from codea1.tracking import Tracker, truncate_metrics
-from codea1.types import Problem
+from codea1.types import Problem, TestCase
 
 BOOK_FILE = "mistake_book.sqlite"
 OOM_KNOBS = (
@@ -138,9 +147,9 @@ def _completion_stats(role: str, comps: Sequence[Any]) -> dict[str, float]:
 
 def step_metrics(
     rollout: ro.Rollout,
-    scores: Sequence[Any],
-    history: dict[str, list[Any]],
-    report: Any,
+    scores: Sequence[Score],
+    history: Mapping[str, Sequence[TestCase]],
+    report: StepReport,
     book_size: int | None,
     *,
     has_tester: bool = True,
@@ -166,8 +175,9 @@ def step_metrics(
         "coder/skipped_prompts": float(sum(s.role == "coder" for s in rollout.skipped)),
         "exec/scoring_errors": float(sum(bool(s.error) for s in scores)),
     }
-    breakdowns = [b for s in scores for b in getattr(s, "breakdowns", ())]
-    if breakdowns:  # Code-A1 and self-play: R_T and its terms
+    problem_scores = [s for s in scores if isinstance(s, ProblemScore)]
+    breakdowns = [b for s in problem_scores for b in s.breakdowns]
+    if problem_scores:  # Code-A1 and self-play: R_T and its terms
         suite_r = [x for b in breakdowns for x in b.suites]
         hist = [b for b in breakdowns if b.history_total]
         m |= {
@@ -185,9 +195,10 @@ def step_metrics(
         reasons = sorted({r for x in suite_r for r in x.invalid_by_reason})
         m |= {f"tester/invalid/{r}": _mean([x.invalid_by_reason.get(r, 0) for x in suite_r]) for r in reasons}
     else:  # golden tests
-        m["exec/code_valid_rate"] = _mean([float(v) for s in scores for v in s.code_valid])
+        golden = [s for s in scores if isinstance(s, GoldenScore)]
+        m["exec/code_valid_rate"] = _mean([float(v) for s in golden for v in s.code_valid])
         m["exec/golden_pass_rate"] = _mean(rewards)
-    grids = [g for s in scores if (g := getattr(s, "grid", None)) is not None]
+    grids = [s.grid for s in problem_scores if s.grid is not None]
     verdicts = [v.status for g in grids for row in g.verdicts for v in row]
     m["exec/verdicts"] = float(len(verdicts))
     m["exec/timeout_rate"] = _mean([1.0 if v == "timeout" else 0.0 for v in verdicts])
@@ -215,7 +226,7 @@ class Trainer:
     """Runs ``cfg.train.steps`` steps of the configured method in ``run_dir``."""
 
     def __init__(
-        self, cfg: RunConfig, models: Models, problems: Sequence[Problem], sandbox: Any, run_dir: Path
+        self, cfg: RunConfig, models: Models, problems: Sequence[Problem], sandbox: GridRunner, run_dir: Path
     ) -> None:
         self.cfg, self.models, self.problems, self.sandbox = cfg, models, list(problems), sandbox
         self.run_dir = Path(run_dir)
@@ -233,82 +244,83 @@ class Trainer:
 
     def train_step(self, step: int) -> dict[str, float]:
         """One training step (method §2); returns its metrics."""
-        cfg, m, t = self.cfg, self.models, self.tracker
-        assert t is not None and self.book is not None
+        cfg, m, tracker = self.cfg, self.models, self.tracker
+        assert tracker is not None and self.book is not None
         seed = cfg.train.seed * 1_000_003 + step * 2
         step_start = time.perf_counter()
 
-        with t.phase("sample_problems"):
+        with tracker.phase("sample_problems"):
             problems = [self.problems[i] for i in self.sampler.next()]
         self._checkpoint_interrupt()
 
-        with t.phase("coder_rollout"):
-            c_prompts, skipped = ro.coder_prompts(
+        with tracker.phase("coder_rollout"):
+            coder_prompts, skipped = ro.coder_prompts(
                 problems, m.coder_policy, cfg.coder.sampling.max_prompt_tokens
             )
-            c_groups = ro.sample(m.coder_policy, c_prompts, sampling_params(cfg.coder.sampling, seed))
+            coder_groups = ro.sample(m.coder_policy, coder_prompts, sampling_params(cfg.coder.sampling, seed))
         self._checkpoint_interrupt()
 
-        with t.phase("code_extraction"):
-            codes = ro.extract_codes(problems, c_prompts, c_groups)
+        with tracker.phase("code_extraction"):
+            codes = ro.extract_codes(problems, coder_prompts, coder_groups)
 
-        t_prompts: list[ro.Prompt] = []
-        t_groups: list[list[Any]] = []
+        tester_prompts: list[ro.Prompt] = []
+        tester_groups: list[list[Any]] = []
         if self.method != "golden":
-            with t.phase("tester_prompts"):
-                t_prompts, t_skipped = ro.tester_prompts(
-                    problems, c_prompts, codes, m.tester_policy, view=cfg.tester.view,
+            with tracker.phase("tester_prompts"):
+                tester_prompts, tester_skipped = ro.tester_prompts(
+                    problems, coder_prompts, codes, m.tester_policy, view=cfg.tester.view,
                     tests_per_suite=cfg.tester.tests_per_suite,
                     max_prompt_tokens=cfg.tester.sampling.max_prompt_tokens,
                 )  # fmt: skip
-                skipped += t_skipped
-            with t.phase("tester_rollout"):
-                t_groups = ro.sample(
-                    m.tester_policy, t_prompts, sampling_params(cfg.tester.sampling, seed + 1)
+                skipped += tester_skipped
+            with tracker.phase("tester_rollout"):
+                tester_groups = ro.sample(
+                    m.tester_policy, tester_prompts, sampling_params(cfg.tester.sampling, seed + 1)
                 )
             self._checkpoint_interrupt()
-        rollout = ro.assemble(problems, c_prompts, codes, t_prompts, t_groups, skipped)
+        rollout = ro.assemble(problems, coder_prompts, codes, tester_prompts, tester_groups, skipped)
 
-        with t.phase("execution"):
+        with tracker.phase("execution"):
             items = [
                 ScoringItem(pr.problem, tuple(c.completion.text for c in pr.codes),
                             tuple(tuple(s.text for s in su) for su in pr.suites))
                 for pr in rollout.problems
             ]  # fmt: skip
+            scores: list[Score]
             if self.method == "golden":
-                history: dict[str, list[Any]] = {}
-                scores: list[Any] = score_golden(items, self.sandbox, reward=cfg.reward)
+                history: dict[str, list[TestCase]] = {}
+                scores = list(score_golden(items, self.sandbox, reward=cfg.reward))
             else:
                 history = self.book.retrieve_many(pr.problem.id for pr in rollout.problems)
-                scores = score_batch(items, self.sandbox, reward=cfg.reward, history=history)
+                scores = list(score_batch(items, self.sandbox, reward=cfg.reward, history=history))
         self._checkpoint_interrupt()
 
-        with t.phase("mistake_book"):
-            updates = [s.mistakes for s in scores] if self.method != "golden" else []
+        with tracker.phase("mistake_book"):
+            updates = [s.mistakes for s in scores if isinstance(s, ProblemScore)]  # golden: none
             report = self.book.apply_step(step, updates)
 
-        with t.phase("advantages"):
+        with tracker.phase("advantages"):
             adv = {"norm_by_std": cfg.loss.adv_norm_std, "eps": cfg.loss.adv_eps}
             coder_batch, coder_adv = ro.training_batch(ro.coder_samples(rollout, scores), **adv)
-            t_samples, selected = ro.tester_samples(rollout, scores, cfg.tester.update_n, self.method)
-            tester_batch, tester_adv = ro.training_batch(t_samples, **adv)
+            tester_samples, selected = ro.tester_samples(rollout, scores, cfg.tester.update_n, self.method)
+            tester_batch, tester_adv = ro.training_batch(tester_samples, **adv)
 
         update_stats: dict[str, float] = {}
         if self.shared:
-            with t.phase("update"):
+            with tracker.phase("update"):
                 update_stats |= self._update("coder", m.coder_learner, coder_batch.merge(tester_batch))
         else:
-            with t.phase("update_coder"):
+            with tracker.phase("update_coder"):
                 update_stats |= self._update("coder", m.coder_learner, coder_batch)
-            with t.phase("update_tester"):
+            with tracker.phase("update_tester"):
                 update_stats |= self._update("tester", m.tester_learner, tester_batch)
 
-        with t.phase("push_weights"):
+        with tracker.phase("push_weights"):
             m.coder_learner.push_weights()
             if not self.shared:
                 m.tester_learner.push_weights()
 
-        with t.phase("metrics"):
+        with tracker.phase("metrics"):
             has_tester = self.method != "golden"
             book_size = self.book.size() if has_tester and self.book.enabled else None
             metrics = step_metrics(rollout, scores, history, report, book_size, has_tester=has_tester)
@@ -319,7 +331,7 @@ class Trainer:
             metrics |= update_stats
             records = ro.sample_records(rollout, coder_batch, "coder", cfg.tracking.samples_per_step)
             records += ro.sample_records(rollout, tester_batch, "tester", cfg.tracking.samples_per_step)
-            t.save_samples(step, records)
+            tracker.save_samples(step, records)
         metrics["time/step"] = time.perf_counter() - step_start
         return metrics
 
@@ -388,8 +400,7 @@ class Trainer:
         found = latest_checkpoint(self.run_dir) if resume else None
         book_path = self.run_dir / BOOK_FILE
         if found is None:
-            for side in ("", "-wal", "-shm", "-journal"):  # a crash before the first checkpoint
-                Path(str(book_path) + side).unlink(missing_ok=True)
+            MistakeBook.remove_files(book_path)  # a crash before the first checkpoint
             truncate_metrics(self.run_dir, 0)
             return 0
         step, path = found
@@ -397,8 +408,7 @@ class Trainer:
         for learner in self._learners().values():
             learner.push_weights()
         if not restore_book(path, book_path):
-            for side in ("", "-wal", "-shm", "-journal"):
-                Path(str(book_path) + side).unlink(missing_ok=True)
+            MistakeBook.remove_files(book_path)
         self.sampler.load_state(state.sampler)
         restore_rng(state.rng)
         truncate_metrics(self.run_dir, step)

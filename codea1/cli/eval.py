@@ -1,8 +1,6 @@
 """``codea1 eval``: code generation (avg@k, pass@k), test generation (ULT metrics), best-of-N
 collaboration and BigCodeBench. Models are loaded lazily through ``engine.hf_local.load_policy``;
 every subcommand also accepts files of completions so it runs without a model.
-
-Imports: everything (this is the CLI layer).
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ def register(subparsers: Any) -> None:
     """Add the ``train`` subcommand."""
     p = subparsers.add_parser("train", help="train the Code LLM and the Test LLM (Code-A1 or a baseline)")
     p.add_argument(
-        "--preset", default=None, help="preset name under configs/ or a YAML path (default tiny-cpu)"
+        "--preset", default=None, help="preset name (codea1/presets/) or a YAML path (default tiny-cpu)"
     )
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field, e.g. --set coder.sampling.n=8 (repeatable)")  # fmt: skip

@@ -11,8 +11,6 @@ Deliberate differences, all documented in docs/algorithm.md:
 - ``norm_by_std=False`` only centres the rewards (Dr.GRPO style).
 
 Rewards are read in float64 and advantages returned in float32 (never bf16, bug §13.9).
-
-Imports: torch only.
 """
 
 from __future__ import annotations

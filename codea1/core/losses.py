@@ -15,8 +15,6 @@ Each per-token term is reduced by one aggregation mode over a ragged ``mask``:
 seq-mean modes; an all-empty batch gives a loss of 0.
 
 Callers bind the hyper-parameters with ``functools.partial``. Everything is computed in float32.
-
-Imports: torch only.
 """
 
 from __future__ import annotations

@@ -7,8 +7,6 @@ usable tests V_k (generation order) plus the counts of what made the suite lose 
 Two implementations return identical :class:`CodeRewards` values: :func:`rewards_reference` (one
 readable loop per suite, the specification) and :func:`rewards` (numpy, vectorised over every suite
 of a batch; the one callers use). Everything is computed in float64, never bf16 (bug §13.9).
-
-Imports: numpy and the standard library only.
 """
 
 from __future__ import annotations

@@ -4,8 +4,6 @@ A Test-LLM group is the set of suites written for one code. For each problem we 
 ``update_n`` codes whose suite rewards have the largest spread (population standard deviation,
 ``unbiased=False`` as in the reference). Ties go to the lowest code index, so the choice is
 deterministic (the reference's ``torch.topk`` picks an arbitrary one when stds tie, e.g. all zero).
-
-Imports: numpy only.
 """
 
 from __future__ import annotations

@@ -11,8 +11,6 @@
 For evalplus JSONL rows with inputs, the harness embeds the reference and compares the candidate's
 output with the reference's on every input (evalplus-style float tolerance), since the JSONL holds
 no expected outputs. Otherwise a HumanEval-style ``test`` defining ``check(candidate)`` is used.
-
-Imports: ``codea1.types``, ``codea1.data.problems``, ``codea1.data.loaders_files``.
 """
 
 from __future__ import annotations

@@ -6,8 +6,6 @@ Formats, detected from the columns of the first readable row:
 * the evalplus parquet (``GT_code, problem, test, extra_info``) and the reference implementation's
   parquet (``GT_code`` with ``clean_description`` or ``prompt``): see ``loaders_reference``;
 * evalplus's own JSONL (``task_id, prompt, canonical_solution, entry_point``): see ``loaders_evalplus``.
-
-Imports: ``codea1.types``, ``codea1.data.problems`` and the other loaders, pyarrow (lazily).
 """
 
 from __future__ import annotations

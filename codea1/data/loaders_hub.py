@@ -7,8 +7,6 @@
 * ``kodcode``: KodCode-V1 through ``datasets.load_dataset("KodCode/KodCode-V1", split="train")``,
   keeping rows whose ``gpt_difficulty`` is "hard" (or another difficulty, or ``all``). Golden tests
   are the pytest functions of the ``test`` column, each made runnable on its own.
-
-Imports: ``codea1.types``, ``codea1.data.problems``, ``datasets`` (lazily).
 """
 
 from __future__ import annotations

@@ -7,8 +7,6 @@
   ``check(candidate)``), ``extra_info`` {``function_name``, ``imports``, ``question_id``}.
 
 References are made self-contained: the row's imports are prepended when missing.
-
-Imports: ``codea1.types``, ``codea1.data.problems``.
 """
 
 from __future__ import annotations

@@ -14,8 +14,6 @@
   bare-name expected value). Every assert that cannot become a test is counted with a reason; an
   operator other than a single ``==`` is rejected, never rewritten (method §13.6).
 * :func:`nonprintable_ratio`: the share of characters outside ``string.printable`` (method §3.3).
-
-Imports: ``codea1.types`` and the standard library.
 """
 
 from __future__ import annotations

@@ -5,10 +5,8 @@ One entry point, :func:`load_problems`, turns a spec (a built-in name or a file 
 module owns what is common to all of them: the per-row checks, the error type, the validation
 report and the dataset hash. Bad data never produces a stack trace: :func:`load_problems` raises
 :class:`DataError` naming the file, row and field, and :func:`validate_problems` returns every
-invalid row with its reason.
-
-Imports: ``codea1.types`` and the standard library (loaders are imported inside the functions that
-dispatch to them, since they import this module).
+invalid row with its reason. The loaders are imported inside the functions that dispatch to
+them, since they import this module.
 """
 
 from __future__ import annotations

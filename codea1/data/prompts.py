@@ -10,8 +10,6 @@ left as they are.
 * Tester, white-box (Code-A1): role, task, strategy, context (question + the candidate code, called
   "Buggy Code" even when it is correct), output format.
 * Tester, black-box (the Self-Play baseline): the same structure without the code.
-
-Imports: ``codea1.types`` and the standard library.
 """
 
 from __future__ import annotations

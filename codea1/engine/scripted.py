@@ -5,8 +5,6 @@ or a list cycled in call order); token ids are the UTF-8 bytes of the text and e
 same fixed log-prob. ``ScriptedLearner`` holds one tiny torch parameter, a per-byte logit table, so
 ``train_step`` really runs the supplied ``loss_fn`` and AdamW really moves something,
 deterministically. Neither says anything about model quality; they exist to exercise the loop.
-
-Imports: torch, safetensors, engine.base.
 """
 
 from __future__ import annotations

@@ -6,8 +6,6 @@ from the Hugging Face hub on first use), plus the package's heavy execution envi
 settings: split ``complete``, subset ``full``, n = 32, temperature 0.7, ``--pass_k 1,8,16,32``.
 Everything here is guarded: without the package, :func:`require_bigcodebench` raises
 :class:`BigCodeBenchUnavailable` with the install command. Not exercised by the test suite.
-
-Imports: types, engine.base (Policy protocol), eval.results.
 """
 
 from __future__ import annotations

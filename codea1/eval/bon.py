@@ -10,8 +10,6 @@ Correctness of each sample comes from the problem's own harness. Per problem:
   breaking ties at random);
 * random: mean correctness of all samples (the expected value of picking one at random);
 * oracle: 1 if any sample is correct.
-
-Imports: types, data.prompts, data.parsing, engine.base (Policy protocol), eval.code_eval.
 """
 
 from __future__ import annotations

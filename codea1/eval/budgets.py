@@ -13,7 +13,6 @@ raises) are run through it too, and a harness that passes one of them cannot fai
 
 The measuring process runs trusted code only (dataset references and harnesses), with a scrubbed
 environment, a temporary working directory and a CPU-time rlimit; it is not a sandbox.
-
 """
 
 from __future__ import annotations

@@ -8,8 +8,6 @@ file-size rlimits and a wall-clock timeout.
 
 Not a sandbox: the calls are untrusted model text. Callers pass only calls that already ran on the
 reference inside the sandbox (the valid tests), which bounds but does not remove the risk.
-
-Imports: stdlib only (coverage is imported by the child process).
 """
 
 from __future__ import annotations

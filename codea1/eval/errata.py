@@ -4,8 +4,6 @@ Each erratum names one problem, the exact text to replace in its harness and why
 applied by exact substring replacement: a harness that already contains the corrected text is left
 alone (fixed upstream), and one that contains neither the old nor the new text is reported as
 ``not_applicable`` (a different dataset version) rather than guessed at. Problems are never dropped.
-
-Imports: stdlib and ``codea1.types`` only.
 """
 
 from __future__ import annotations

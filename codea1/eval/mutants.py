@@ -8,8 +8,6 @@ boolean (``and``↔``or``, ``not`` dropped, ``True``↔``False``, ``if``/``while
 ``return None``), slice (a bound or the step removed) and call (``f(x)`` → ``x``, first two arguments
 swapped). Docstrings are never mutated. A mutant whose source equals the original (after
 ``ast.unparse``) or another mutant is dropped. Every mutant parses.
-
-Imports: stdlib only.
 """
 
 from __future__ import annotations

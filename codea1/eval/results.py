@@ -4,8 +4,6 @@ A results file holds one JSON object per problem, preceded by a header line nami
 (model id, dataset hash, settings). Re-running with the same key skips the problems already in the
 file; a different key is refused rather than silently mixed. Files are rewritten through a temporary
 name and renamed, so a crash never leaves a half-written file.
-
-Imports: stdlib only.
 """
 
 from __future__ import annotations

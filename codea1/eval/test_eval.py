@@ -13,8 +13,6 @@ reference in the sandbox (``run_grids``: the oracle value comes from the referen
 * Mul = pass@k × mut@k / 100;
 * defect detection: the share of known-wrong codes (samples failing the harness) that a valid test
   catches.
-
-Imports: types, data.prompts, data.parsing, engine.base (Policy protocol), eval.*.
 """
 
 from __future__ import annotations

@@ -13,8 +13,6 @@ status, where both parts must ``ast.parse`` as expressions (a replayed test is r
 again, so the reference re-validates it; no raw ``repr`` is ever pasted into a program, bug §13.2);
 SQLite storage with one transaction per step (a crash mid-step leaves the previous step intact) and
 a ``meta`` table holding the last committed step; JSONL export; an off switch for the ablation.
-
-Imports: standard library and codea1.types.
 """
 
 from __future__ import annotations
@@ -32,6 +30,8 @@ from codea1.types import TestCase
 
 DEFAULT_FILENAME = "mistake_book.sqlite"
 """Name of the book inside a run directory (``RUN_DIR/mistake_book.sqlite``)."""
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
+"""Suffixes of the files SQLite keeps beside a database (write-ahead log, shared memory, rollback)."""
 STORABLE_ORACLE = ("valid", "wrong_prediction")
 """Oracle statuses whose tests are stored (the reference produced a value for the call)."""
 
@@ -167,6 +167,16 @@ class MistakeBook:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+    @staticmethod
+    def remove_files(path: str | os.PathLike[str]) -> None:
+        """Delete a closed book: its database file and SQLite's side files (missing ones are fine).
+
+        A stale ``-wal`` beside a replaced or re-created database would be replayed into it, so the
+        side files always go together with the database.
+        """
+        for suffix in ("", *SQLITE_SIDE_FILES):
+            Path(f"{os.fspath(path)}{suffix}").unlink(missing_ok=True)
 
     def __enter__(self) -> MistakeBook:
         return self

@@ -2,8 +2,7 @@
 
 The output directory holds ``index.html`` and one PNG per figure with data. PNGs of figures this
 report no longer draws (left by an earlier report into the same directory) are removed so the
-directory always matches the page. Imports: standard library, ``codea1.tracking`` and the
-``codea1.report`` siblings.
+directory always matches the page.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ patterns (``*`` spans ``/``). Keys are matched in table order and each key is pl
 later, broader pattern only picks up what the earlier figures left. Keys that no figure claims are
 still plotted, in one "other metrics" figure per namespace. Matching is pure (no plotting here):
 :func:`plan_figures` turns the table and the keys present in the runs into :class:`PlannedFigure`
-objects, and lists the figures that have no data. Imports: standard library only.
+objects, and lists the figures that have no data.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Write the report's single HTML page: run summary, figures, evaluation table, configurations.
 
 The page is self-contained (inline CSS, no scripts, no external resources); figures are referenced
-as PNG files next to it by relative name. Every piece of run data is HTML-escaped. Imports:
-standard library, ``codea1.report`` siblings.
+as PNG files next to it by relative name. Every piece of run data is HTML-escaped.
 """
 
 from __future__ import annotations

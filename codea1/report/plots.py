@@ -2,7 +2,7 @@
 
 Colours: with one run, each metric key gets a colour; with several runs, each run gets a colour
 (legend = run name) and each key a line style. The x axis is always the training step. Files are
-written to a temporary name and renamed. Imports: numpy, matplotlib, ``codea1.report`` siblings.
+written to a temporary name and renamed.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A run directory holds ``metrics.jsonl`` (one JSON object per step), ``config.yam
 ``eval/*.json``. Everything here is tolerant of damage that a crash or a half-written run leaves
 behind: unreadable lines, files and values are skipped and described in ``RunData.warnings``; only
 a run directory that does not exist (or holds neither metrics nor a config) is an error. Nothing
-is written. Imports: standard library, numpy, yaml, ``codea1.tracking`` (file names).
+is written.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The parent creates one cgroup per worker, nested under its own, and removes it on close; each
 worker joins them before it starts anything. What could not be set up is reported as a layer
-status (``Sandbox.layers()``), never silently skipped. Imports: standard library only.
+status (``Sandbox.layers()``), never silently skipped.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 (The cgroups, set up by the trusted parent, are in :mod:`codea1.sandbox.cgroups`.) Every function
 reports what it could not do instead of failing silently: the results end up in
-``Sandbox.layers()`` and ``codea1 sandbox doctor``. Imports: standard library only, and only
-modules without large native libraries (each one mapped makes every fork of the worker dearer).
+``Sandbox.layers()`` and ``codea1 sandbox doctor``. The worker loads this module, so it uses no
+module with a large native library (each one mapped makes every fork of the worker dearer).
 """
 
 from __future__ import annotations

@@ -3,7 +3,6 @@
 The worker restricts itself once, before it runs any job: read-only access to the interpreter and
 system library trees, read-write access to its scratch directory and ``/dev/null``, and (ABI ≥ 4)
 no TCP bind/connect. Every descendant inherits the restriction; it cannot be lifted.
-Imports: standard library only.
 """
 
 from __future__ import annotations

@@ -9,8 +9,6 @@ Two filters (research/sandbox.md §5):
 * **test** (F2, added by each per-test child): additionally denies fork/vfork, clone without
   ``CLONE_THREAD`` (``clone3`` answers ENOSYS so libc falls back to ``clone``), and signals to any
   process but itself.
-
-Imports: standard library only.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ Values returned by untrusted code cross to the trusted side only in this encodin
 ``bool``, ``int``, ``float``, ``complex``, ``str``, ``bytes``, ``list``, ``tuple``, ``dict``, ``set``
 and ``frozenset``, nested. Anything else becomes an :class:`Opaque` (qualified type name + capped
 repr). The decoder never executes anything: it walks bytes with explicit size and depth caps and
-raises :class:`CodecError` on any malformed input. Imports: standard library only (this module is
-loaded by the sandbox worker, which must stay lean).
+raises :class:`CodecError` on any malformed input. The sandbox worker loads this module, which
+must stay lean.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from codea1.config import CONFIG_DIR, ConfigError, RunConfig, config_from_dict, load_config
+from codea1.config import ConfigError, RunConfig, config_from_dict, load_config, preset_names
 
 
 def test_defaults_are_valid() -> None:
@@ -94,7 +94,7 @@ def test_round_trip_through_dict() -> None:
     assert again == cfg
 
 
-@pytest.mark.parametrize("preset", sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
+@pytest.mark.parametrize("preset", preset_names())
 def test_every_shipped_preset_loads(preset: str) -> None:
     cfg = load_config(preset)
     assert cfg.preset == preset

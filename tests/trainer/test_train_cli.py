@@ -14,13 +14,13 @@ import pytest
 import yaml
 
 from codea1.cli import main
-from codea1.config import CONFIG_DIR, load_config
+from codea1.config import load_config, preset_names
 from codea1.tracking import read_metrics
 
 FAST = ["--engine", "scripted", "--progress", "plain", "--set", "tracking.tensorboard=false"]
 
 
-@pytest.mark.parametrize("preset", sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
+@pytest.mark.parametrize("preset", preset_names())
 def test_every_preset_loads_strictly(preset: str) -> None:
     cfg = load_config(preset)
     assert cfg.preset == preset

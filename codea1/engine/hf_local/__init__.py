@@ -1,13 +1,19 @@
 """The transformers + torch (+ peft) engine: CPU and CUDA, one process.
 
 ``build_roles`` loads the model(s) and returns each role's :class:`HFPolicy` (sampling) and
-:class:`HFLearner` (log-probs and updates). Only the CLI imports this package.
-
-Imports: torch, transformers, peft, safetensors, config, engine.base, engine.loading.
+:class:`HFLearner` (log-probs and updates). Only the CLI and :mod:`codea1.export` import this package.
 """
 
 from codea1.engine.hf_local.learner import HFLearner, lr_factor
 from codea1.engine.hf_local.policy import HFPolicy
-from codea1.engine.hf_local.roles import Roles, build_roles, load_policy
+from codea1.engine.hf_local.roles import Roles, build_roles, load_checkpoint_model, load_policy
 
-__all__ = ["HFLearner", "HFPolicy", "Roles", "build_roles", "load_policy", "lr_factor"]
+__all__ = [
+    "HFLearner",
+    "HFPolicy",
+    "Roles",
+    "build_roles",
+    "load_checkpoint_model",
+    "load_policy",
+    "lr_factor",
+]

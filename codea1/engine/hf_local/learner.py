@@ -7,8 +7,6 @@ of response tokens for ``token-mean`` aggregation, its share of sequences otherw
 accumulated gradient equals that of the whole batch at once. The learning rate warms up linearly
 for ``warmup_steps`` optimizer steps, then follows a half cosine down to ``min_lr_ratio × lr`` at
 ``total_steps``.
-
-Imports: torch, safetensors, config, engine.base.
 """
 
 from __future__ import annotations

@@ -5,8 +5,6 @@ to ``chunk`` response positions at a time. With gradients, each chunk is wrapped
 checkpointing so backward recomputes its logits instead of keeping them. During generation,
 :class:`SampledTokenLogprobs` records the same quantity for each sampled token while keeping only
 one step's ``[batch, vocab]`` row.
-
-Imports: torch, transformers.
 """
 
 from __future__ import annotations

@@ -4,8 +4,6 @@ Prompts are sorted by token length (longest first) so each batch carries little 
 come back prompt-major. Each completion carries the sampling log-probs of its tokens, recorded
 during generation (no second forward pass). Seeded calls run inside a forked RNG so the global
 state is untouched and the same prompts, parameters and batch size give the same completions.
-
-Imports: torch, transformers, engine.base.
 """
 
 from __future__ import annotations

@@ -7,8 +7,6 @@ is the base with adapters disabled, and rollouts sample from a plain copy of the
 merged weights of the role being sampled (``rollout="unmerged"`` samples through the adapter
 layers instead, saving that copy's memory at a throughput cost). ``shared=True`` (the Self-Play
 baseline) makes one model, policy and learner play both roles.
-
-Imports: torch, peft, config, engine.base, engine.loading.
 """
 
 from __future__ import annotations
@@ -164,10 +162,26 @@ def load_policy(model_spec: str, engine_cfg: EngineConfig, batch_size: int = 16)
 
 
 def _load_checkpoint_policy(role_dir: Path, engine_cfg: EngineConfig, batch_size: int) -> HFPolicy:
+    model, tok, _ = load_checkpoint_model(role_dir, engine_cfg)
+    model.requires_grad_(False).eval()
+    return HFPolicy(lambda: model, tok, batch_size)
+
+
+def load_checkpoint_model(
+    role_dir: Path, engine_cfg: EngineConfig, *, merge: bool = True
+) -> tuple[Any, Any, EngineConfig]:
+    """``(model, tokenizer, trained engine config)`` of a checkpoint's role directory.
+
+    The base model named by the checkpoint's ``config.yaml`` is loaded with ``engine_cfg``'s dtype,
+    device and cache, and the trained weights are copied in: the full weights (``separate`` mode), or
+    the role's LoRA adapter (``adapters`` mode), merged into the base unless ``merge=False`` (then
+    the model is a peft model whose only adapter is named after the role).
+    """
     from safetensors.torch import load_file
 
     from codea1.config import ConfigError, load_config
 
+    role_dir = Path(role_dir)
     try:
         trained = load_config(str(role_dir.parent / "config.yaml")).engine
     except ConfigError as e:
@@ -188,7 +202,6 @@ def _load_checkpoint_policy(role_dir: Path, engine_cfg: EngineConfig, batch_size
     with torch.no_grad():
         for name, value in tensors.items():
             params[name].copy_(value.to(params[name].device, params[name].dtype))
-    if trained.mode == "adapters":
+    if trained.mode == "adapters" and merge:
         model = model.merge_and_unload()
-    model.requires_grad_(False).eval()
-    return HFPolicy(lambda: model, tok, batch_size)
+    return model, tok, trained

@@ -5,8 +5,6 @@ which parameters are trainable, which module is the frozen reference, and which 
 from. ``FullWeights`` is the paper's ``separate`` mode (the rollout model *is* the trained module);
 ``AdapterWeights`` is the ``adapters`` mode (one frozen base, the reference is the base with
 adapters disabled, rollouts use a plain copy holding ``base + ΔW`` of the role's adapter).
-
-Imports: torch, peft.
 """
 
 from __future__ import annotations
