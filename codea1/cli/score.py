@@ -109,7 +109,12 @@ def _read(source: str) -> Iterator[str]:
     """Lines of ``source`` (``-`` = stdin); bytes that are not UTF-8 survive as surrogate escapes,
     so such a line costs only itself (:func:`parse_line` rejects it)."""
     if source == "-":
-        yield from sys.stdin
+        raw = getattr(sys.stdin, "buffer", None)
+        if raw is None:  # a text stream (stdin replaced in-process)
+            yield from sys.stdin
+        else:
+            for line in raw:
+                yield line.decode("utf-8", errors="surrogateescape")
         return
     with open(source, encoding="utf-8", errors="surrogateescape") as f:
         yield from f
