@@ -85,3 +85,14 @@ def test_a_subprocess_run_refuses_an_output_directory(place: Place) -> None:
     outcome = run_process(["score", "--input", src, "--output", place.out], place.cwd, tmpdir=place.tmp)
     assert_one_line_error(outcome, "is a directory")
     assert_untouched(place, before)
+
+
+def test_stdin_with_bad_bytes_costs_only_that_row(place: Place) -> None:
+    stdin = WORKED + b"\n" + b'{"id": "bin\xff"}\n' + WORKED + b"\n"
+    outcome = run_process(
+        ["score", "--input", "-", "--output", "-", "--workers", "1"], place.cwd, tmpdir=place.tmp, stdin=stdin
+    )
+    assert outcome.code == 0 and "Traceback" not in outcome.err, outcome.err[-2000:]
+    rows = [json.loads(line) for line in outcome.out.splitlines()]
+    assert len(rows) == 3 and "not UTF-8" in rows[1]["error"] and "error" not in rows[2]
+    assert tree(place.cwd) == {} and tree(place.tmp) == {}
