@@ -292,7 +292,11 @@ class Sandbox:
         with self._lock:
             active = self._workers[: max(1, min(len(self._workers), len(tasks)))]
             if len(active) == 1:
-                serve(active[0])
+                try:
+                    serve(active[0])
+                except BaseException:  # Ctrl-C: do not let close() wait for the task to finish
+                    active[0].interrupt()
+                    raise
             else:
                 finished = [threading.Event() for _ in active]
                 threads = [

@@ -131,8 +131,8 @@ def _slow_jobs(place: Place) -> Path:
     return _jobs(place, [json.dumps(j).encode() for j in jobs])
 
 
-def _start_run(place: Place, src: Path, out: Path) -> subprocess.Popen[bytes]:
-    argv = ["sandbox", "run", "--input", src, "--output", out, "--workers", "2", "--test-cpu-s", "1"]
+def _start_run(place: Place, src: Path, out: Path, workers: int = 2) -> subprocess.Popen[bytes]:
+    argv = ["sandbox", "run", "--input", src, "--output", out, "--workers", workers, "--test-cpu-s", "1"]
     return subprocess.Popen(
         [sys.executable, "-m", "codea1", *[str(a) for a in argv], "--batch", "2"],
         cwd=place.cwd,
@@ -151,14 +151,16 @@ def _wait_for_sandbox(place: Place, proc: subprocess.Popen[bytes], timeout_s: fl
         time.sleep(0.02)
 
 
-@pytest.mark.parametrize("delay_s", [0.0, 1.5])
-def test_ctrl_c_leaves_no_output_no_traceback_no_scratch(place: Place, delay_s: float) -> None:
+@pytest.mark.parametrize(
+    ("delay_s", "workers"), [(0.0, 2), (1.5, 2), pytest.param(1.5, 1, marks=pytest.mark.slow)]
+)
+def test_ctrl_c_leaves_no_output_no_traceback_no_scratch(place: Place, delay_s: float, workers: int) -> None:
     src = _slow_jobs(place)
     before = tree(place.data)
     out = place.out / "r.jsonl"
-    proc = _start_run(place, src, out)
+    proc = _start_run(place, src, out, workers)
     _wait_for_sandbox(place, proc)
-    time.sleep(delay_s)  # 0: while the workers start; 1.5 s: while the dispatcher threads wait on them
+    time.sleep(delay_s)  # 0: while the workers start; 1.5 s: while tasks run (in dispatcher threads)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     text = err.decode(errors="replace")
