@@ -2,7 +2,9 @@
 
 ``run`` reads JSONL lines ``{"id", "reference", "entry_point", "codes": [...], "tests": [{"call",
 "predicted"}...]}`` and writes one line per input ``{"id", "oracle", "code_status", "grid"}``; a bad
-line yields ``{"id", "error"}`` instead. ``-`` means stdin / stdout.
+line (not UTF-8, not JSON, a missing or mistyped field) yields ``{"id", "error"}`` instead. ``-``
+means stdin / stdout. Options and paths are checked before anything starts, and the output file
+appears only once every line is answered (see ``codea1.cli.outputs``).
 """
 
 from __future__ import annotations
