@@ -71,6 +71,8 @@ def run_validate(args: argparse.Namespace) -> int:
 
 def run_inspect(args: argparse.Namespace) -> int:
     """Print the report and one problem rendered as the three prompts."""
+    if args.n_tests < 1:
+        raise CliError(f"--n-tests must be >= 1, got {args.n_tests}")
     report = _report(args.spec, args.limit)
     if not report.ok:
         return 1

@@ -380,11 +380,11 @@ def run_compare(args: argparse.Namespace) -> int:
     return _finish(delta_table(deltas), title, args.output, {"comparison": meta})
 
 
-def _code_records(path: Path) -> list[dict[str, Any]]:
+def _code_records(path: Path, named_by: Path | None = None) -> list[dict[str, Any]]:
     """Per-problem records from a results JSONL, or from the file a metrics JSON names."""
     from codea1.eval.results import read_json, read_jsonl
 
-    check_input(str(path), "eval compare:")
+    check_input(str(path), "eval compare:" if named_by is None else f"eval compare: {named_by} names")
     try:
         if path.suffix == ".json":
             data = read_json(path)
@@ -393,7 +393,9 @@ def _code_records(path: Path) -> list[dict[str, Any]]:
                 raise CliError(
                     f"{path}: a metrics JSON without a 'results' file (re-run `eval code --output`)"
                 )
-            return _code_records(Path(named))
+            if named_by is not None:
+                raise CliError(f"{named_by}: names {path}, which is not a results JSONL")
+            return _code_records(Path(named), named_by=path)
         rows = read_jsonl(path)
     except ValueError as e:
         raise CliError(str(e)) from None

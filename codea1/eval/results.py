@@ -47,6 +47,10 @@ def read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not valid JSON ({e})") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 (byte 0x{e.object[e.start]:02x} at offset {e.start})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: not usable JSON (nested too deeply)") from None
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

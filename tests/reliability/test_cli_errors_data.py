@@ -182,3 +182,9 @@ def test_a_subprocess_run_on_a_directory(place: Place) -> None:
     outcome = run_process(["data", "validate", place.data], place.cwd, tmpdir=place.tmp)
     assert_one_line_error(outcome, "is a directory")
     assert_untouched(place, {})
+
+
+def test_inspect_with_no_tests_asked_is_refused(place: Place, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _file(place, [ROW])
+    outcome = run_cli(["data", "inspect", path, "--n-tests", "0"], capsys)
+    assert_one_line_error(outcome, "--n-tests must be >= 1")

@@ -169,3 +169,23 @@ def test_a_subprocess_run_of_a_bad_row(place: Place) -> None:
     outcome = run_process(_argv(place, "code", "--samples", samples), place.cwd, tmpdir=place.tmp)
     assert_one_line_error(outcome, 'needs a string "completion" or "solution"')
     assert_untouched(place, before)
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (None, "self.json, which is not a results JSONL"),  # a metrics JSON naming itself
+        (b"\xff{}", "self.json: not UTF-8 (byte 0xff at offset 0)"),
+        (b"[" * 100_000, "self.json: not usable JSON (nested too deeply)"),
+        (b'{"results": "absent.jsonl"}', "absent.jsonl: no such file"),
+    ],
+)
+def test_compare_of_broken_metrics_files(
+    place: Place, capsys: pytest.CaptureFixture[str], content: bytes | None, needle: str
+) -> None:
+    metrics = place.data / "self.json"
+    metrics.write_bytes(content if content is not None else json.dumps({"results": str(metrics)}).encode())
+    snapshot = tree(place.data)
+    outcome = run_cli(["eval", "compare", metrics, metrics], capsys)
+    assert_one_line_error(outcome, needle)
+    assert_untouched(place, snapshot)
