@@ -1,7 +1,8 @@
 """The ``codea1`` command: one subcommand module per verb, each exposing ``register(subparsers)``.
 
 Subcommand modules set ``func`` on their parser; ``main`` dispatches to it and turns expected
-errors (bad config, bad data, missing files) into a one-line message and exit code 2.
+errors (bad config, bad data, missing or unreadable files) into a one-line message and exit code 2,
+and data warnings into one ``codea1: warning:`` line each.
 """
 
 from __future__ import annotations
@@ -9,10 +10,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
+from typing import Any, TextIO
 
 from codea1 import __version__
 from codea1.config import ConfigError
-from codea1.data.problems import DataError
+from codea1.data.problems import DataError, DataWarning
 
 SUBCOMMANDS = ("data", "sandbox", "score", "mistakes", "train", "eval", "export", "report")
 """Verbs, in the order ``--help`` lists them; each is the module ``codea1.cli.<verb>``."""
@@ -40,18 +43,54 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _os_error_line(e: OSError) -> str:
+    """``PATH: reason`` for an ``OSError`` (``[Errno 2] No such file ...: 'x'`` reads worse)."""
+    if e.strerror and e.filename is not None:
+        return f"{e.filename}: {e.strerror}"
+    return str(e) or type(e).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``codea1`` console script; returns the exit code."""
-    parser = build_parser()
+    try:
+        parser = build_parser()  # imports every verb (torch among them): seconds a Ctrl-C may land in
+    except KeyboardInterrupt:
+        print("codea1: interrupted", file=sys.stderr)
+        return 130
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2
-    try:
-        return int(args.func(args) or 0)
-    except (ConfigError, DataError, CliError, FileNotFoundError) as e:
-        print(f"codea1: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("codea1: interrupted", file=sys.stderr)
-        return 130
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", DataWarning)
+        warnings.showwarning = _show_warning(warnings.showwarning)
+        try:
+            return int(args.func(args) or 0)
+        except (ConfigError, DataError, CliError) as e:
+            print(f"codea1: error: {e}", file=sys.stderr)
+            return 2
+        except OSError as e:
+            print(f"codea1: error: {_os_error_line(e)}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print("codea1: interrupted", file=sys.stderr)
+            return 130
+
+
+def _show_warning(fallback: Any) -> Any:
+    """A ``warnings.showwarning`` printing a :class:`DataWarning` as one line, others as before."""
+
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        if issubclass(category, DataWarning):
+            print(f"codea1: warning: {message}", file=sys.stderr)
+        else:
+            fallback(message, category, filename, lineno, file, line)
+
+    return show

@@ -1,6 +1,7 @@
 """``codea1 data validate|inspect PATH_OR_NAME``: check a problem set and show its prompts.
 
-``validate`` prints the counts per source and every invalid row with its reason; ``inspect`` adds
+``validate`` prints the counts per source, a warning per unknown column (with the nearest known
+name) and every invalid row with its reason; ``inspect`` adds
 one problem rendered as the coder, white-box tester and black-box tester prompts (plain text, since
 no tokenizer is loaded). Both exit with 1 when any row is invalid.
 """
@@ -8,9 +9,16 @@ no tokenizer is loaded). Both exit with 1 when any row is invalid.
 from __future__ import annotations
 
 import argparse
+import warnings
 
 from codea1.cli import CliError
-from codea1.data.problems import DataError, ValidationReport, load_problems, validate_problems
+from codea1.data.problems import (
+    DataError,
+    DataWarning,
+    ValidationReport,
+    load_problems,
+    validate_problems,
+)
 from codea1.data.prompts import as_plain_text, coder_messages, tester_messages
 
 MAX_LISTED = 50
@@ -40,10 +48,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _report(spec: str, limit: int) -> ValidationReport:
+    if limit < 0:
+        raise CliError(f"--limit must be >= 0 (0 = all), got {limit}")
     try:
         report = validate_problems(spec, limit=limit)
     except DataError as e:
         raise CliError(str(e)) from None
+    for note in report.warnings:
+        print(f"warning: {note}")
     for row in report.invalid[:MAX_LISTED]:
         print(f"invalid: {row}")
     if len(report.invalid) > MAX_LISTED:
@@ -59,10 +71,14 @@ def run_validate(args: argparse.Namespace) -> int:
 
 def run_inspect(args: argparse.Namespace) -> int:
     """Print the report and one problem rendered as the three prompts."""
+    if args.n_tests < 1:
+        raise CliError(f"--n-tests must be >= 1, got {args.n_tests}")
     report = _report(args.spec, args.limit)
     if not report.ok:
         return 1
-    problems = load_problems(args.spec, limit=args.limit)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataWarning)  # the report above printed them already
+        problems = load_problems(args.spec, limit=args.limit)
     if not problems:
         raise CliError(f"{args.spec}: no problems")
     if args.problem_id:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from codea1.cli import CliError
+from codea1.cli.options import check_at_least, check_seconds, check_workers
+from codea1.cli.outputs import check_input, check_output
 from codea1.config import EngineConfig, SandboxConfig
 from codea1.core.estimators import ks_for
 from codea1.engine.base import Policy, SamplingParams
@@ -142,6 +145,71 @@ def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+MAX_BUDGET_S = 3600.0
+"""Largest ``--budget-floor`` accepted (seconds of CPU for one harness check)."""
+
+
+def _check_dir_option(path: Path | None, option: str) -> None:
+    if path is not None and path.exists() and not path.is_dir():
+        raise CliError(f"{option} {path}: exists and is not a directory")
+
+
+def check_options(args: argparse.Namespace, files: Sequence[str] = ()) -> None:
+    """Refuse (one :class:`CliError` line) any option value of ``code|tests|bon`` that cannot work,
+    before a file is read or created. ``files`` names the input-file options given (``--samples``...)."""
+    check_workers(args.workers)
+    if not 64 <= args.memory_mb <= 1 << 20:
+        raise CliError(f"--memory-mb must be in [64, {1 << 20}], got {args.memory_mb}")
+    check_at_least(args.limit, "--limit", 0)
+    check_at_least(args.chunk, "--chunk", 1)
+    check_seconds(args.budget_floor, "--budget-floor", MAX_BUDGET_S)
+    if not (math.isfinite(args.budget_factor) and args.budget_factor > 0):
+        raise CliError(f"--budget-factor must be a finite number > 0, got {args.budget_factor:g}")
+    check_at_least(args.temperature, "--temperature", 0)
+    if not (math.isfinite(args.top_p) and 0 < args.top_p <= 1):
+        raise CliError(f"--top-p must be in (0, 1], got {args.top_p:g}")
+    check_at_least(args.max_new_tokens, "--max-new-tokens", 1)
+    for name in ("n", "k", "m", "tests_per_suite"):
+        if hasattr(args, name):
+            check_at_least(getattr(args, name), "--" + name.replace("_", "-"), 1)
+    if hasattr(args, "max_mutants"):
+        check_at_least(args.max_mutants, "--max-mutants", 0)
+    for option in files:
+        path = getattr(args, option.lstrip("-").replace("-", "_"))
+        if path is not None:
+            check_input(str(path), option)
+    if args.output is not None:
+        check_output(str(args.output), "--output", parent_must_exist=False)
+    _check_dir_option(args.results_dir, "--results-dir")
+    _check_dir_option(args.cache_dir, "--cache-dir")
+
+
+def require_harness(problems: Sequence[Problem], why: str) -> None:
+    """Refuse problems without a harness (``harness`` column, or ``golden_tests`` to build one from)."""
+    missing = [p.id for p in problems if not p.harness]
+    if missing:
+        raise CliError(
+            f"{len(missing)} of {len(problems)} problems have no harness to check candidates against "
+            f"({why}; e.g. {missing[0]}): the problem file needs a 'harness' column (def check(candidate)) "
+            "or a 'golden_tests' column"
+        )
+
+
+def _read_given(reader: Any, path: Path, problems: Sequence[Problem]) -> tuple[dict[str, Any], list[str]]:
+    """``reader(path, problems)`` (code samples or test suites) with a bad line as one :class:`CliError`."""
+    try:
+        return reader(path, problems)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+
+
+def _store(results_dir: Path, task: str, key: dict[str, Any]) -> ResultStore:
+    try:
+        return ResultStore(results_dir, task, key)
+    except ValueError as e:
+        raise CliError(f"{e} (use another --results-dir)") from None
+
+
 def load_benchmark(args: argparse.Namespace) -> list[Problem]:
     """The problems of ``--data`` (``--limit`` applied) with the errata table applied and reported."""
     from codea1.data.problems import load_problems
@@ -168,7 +236,10 @@ def budgets_for(problems: Sequence[Problem], args: argparse.Namespace) -> tuple[
     cache = (args.cache_dir or default_cache_dir()) / "reference_times" / name
     note = "" if cache.exists() else " (first run on this dataset: measuring every reference once)"
     _say(f"reference timings: {cache}{note}")
-    timings = reference_timings(problems, cache, workers=args.workers)
+    try:
+        timings = reference_timings(problems, cache, workers=args.workers)
+    except (ValueError, TypeError) as e:  # a damaged cache file
+        raise CliError(f"reference timings cache {cache}: {e}; delete it to measure again") from None
     for pid, err in sorted(reference_failures(timings).items()):
         _say(f"warning: reference of {pid} fails its own harness: {err}")
     for pid, passed in sorted(vacuous_harnesses(timings).items()):
@@ -289,6 +360,7 @@ def run_code(args: argparse.Namespace) -> int:
 
     if bool(args.model) == bool(args.samples):
         raise CliError("give exactly one of --model or --samples")
+    check_options(args, ["--samples"])
     problems = load_benchmark(args)
     given: dict[str, list[CodeInput]] = {}
     if args.samples:
@@ -304,8 +376,9 @@ def run_code(args: argparse.Namespace) -> int:
         settings["max_new_tokens"] = args.max_new_tokens
     if n < 1:
         raise CliError("need at least one sample per problem")
+    require_harness(problems, "eval code checks every sample with it")
     budgets, digest = budgets_for(problems, args)
-    store = ResultStore(args.results_dir, "code", {"model": model_id, "dataset": digest, **settings})
+    store = _store(args.results_dir, "code", {"model": model_id, "dataset": digest, **settings})
     todo = [p for p in problems if not store.done(p.id)]
     _say(f"{len(problems) - len(todo)} problems already done in {store.path}; {len(todo)} to go")
     policy = load_model(args.model, args) if args.model and todo else None
@@ -336,7 +409,15 @@ def run_compare(args: argparse.Namespace) -> int:
     """``codea1 eval compare``."""
     from codea1.core.comparison import compare_records, delta_table
 
+    check_at_least(args.resamples, "--resamples", 1)
+    if not (math.isfinite(args.confidence) and 0 < args.confidence < 1):
+        raise CliError(f"--confidence must be in (0, 1), got {args.confidence:g}")
+    if args.output is not None:
+        check_output(str(args.output), "--output", parent_must_exist=False)
     before, after = _code_records(args.before), _code_records(args.after)
+    for path, records in ((args.before, before), (args.after, after)):
+        if not records:
+            raise CliError(f"{path}: no per-problem records to compare (an empty results file?)")
     try:
         deltas = compare_records(
             before, after, resamples=args.resamples, confidence=args.confidence, seed=args.seed
@@ -348,12 +429,11 @@ def run_compare(args: argparse.Namespace) -> int:
     return _finish(delta_table(deltas), title, args.output, {"comparison": meta})
 
 
-def _code_records(path: Path) -> list[dict[str, Any]]:
+def _code_records(path: Path, named_by: Path | None = None) -> list[dict[str, Any]]:
     """Per-problem records from a results JSONL, or from the file a metrics JSON names."""
     from codea1.eval.results import read_json, read_jsonl
 
-    if not path.is_file():
-        raise CliError(f"{path}: no such file")
+    check_input(str(path), "eval compare:" if named_by is None else f"eval compare: {named_by} names")
     try:
         if path.suffix == ".json":
             data = read_json(path)
@@ -362,7 +442,9 @@ def _code_records(path: Path) -> list[dict[str, Any]]:
                 raise CliError(
                     f"{path}: a metrics JSON without a 'results' file (re-run `eval code --output`)"
                 )
-            return _code_records(Path(named))
+            if named_by is not None:
+                raise CliError(f"{named_by}: names {path}, which is not a results JSONL")
+            return _code_records(Path(named), named_by=path)
         rows = read_jsonl(path)
     except ValueError as e:
         raise CliError(str(e)) from None
@@ -381,24 +463,27 @@ def run_tests(args: argparse.Namespace) -> int:
         raise CliError("give exactly one of --model or --tests")
     if args.coder and args.code_samples:
         raise CliError("give at most one of --coder or --code-samples")
+    check_options(args, ["--tests", "--code-samples"])
     problems = load_benchmark(args)
     if args.tests:
-        suites, unknown = read_test_suites(args.tests, problems)
+        suites, unknown = _read_given(read_test_suites, args.tests, problems)
         problems = _restrict(problems, suites, unknown, "tests")
         model_id = _file_id(args.tests)
     else:
         model_id = args.model
+    code_files = (
+        _read_samples(args.code_samples, problems, args.samples_format)[0] if args.code_samples else {}
+    )
+    if args.coder or args.code_samples:
+        require_harness(problems, "defect detection checks the code samples with it")
     budgets, digest = budgets_for(problems, args)
     key = {"model": model_id, "dataset": digest, "k": args.k, "blackbox": args.blackbox}
     key["mutants"] = args.max_mutants
     key["coder"] = args.coder or (_file_id(args.code_samples) if args.code_samples else "")
-    store = ResultStore(args.results_dir, "tests", key)
+    store = _store(args.results_dir, "tests", key)
     todo = [p for p in problems if not store.done(p.id)]
     tester = load_model(args.model, args) if args.model and todo else None
     coder = load_model(args.coder, args) if args.coder and todo else None
-    code_files = (
-        _read_samples(args.code_samples, problems, args.samples_format)[0] if args.code_samples else {}
-    )
     sandbox = make_sandbox(args) if todo else None
     view = "blackbox" if args.blackbox else "whitebox"
     try:
@@ -444,6 +529,7 @@ def run_bon(args: argparse.Namespace) -> int:
 
     if bool(args.coder) == bool(args.samples) or bool(args.tester) == bool(args.tests):
         raise CliError("give one of --coder/--samples and one of --tester/--tests")
+    check_options(args, ["--samples", "--tests"])
     problems = load_benchmark(args)
     given_codes: dict[str, Any] = {}
     given_suites: dict[str, Any] = {}
@@ -451,8 +537,9 @@ def run_bon(args: argparse.Namespace) -> int:
         given_codes, unknown, _ = _read_samples(args.samples, problems, args.samples_format)
         problems = _restrict(problems, given_codes, unknown, "samples")
     if args.tests:
-        given_suites, unknown = read_test_suites(args.tests, problems)
+        given_suites, unknown = _read_given(read_test_suites, args.tests, problems)
         problems = _restrict(problems, given_suites, unknown, "tests")
+    require_harness(problems, "best-of-N scores the chosen samples with it")
     budgets, digest = budgets_for(problems, args)
     key = {
         "model": f"{args.coder or _file_id(args.samples)}+{args.tester or _file_id(args.tests)}",
@@ -460,7 +547,7 @@ def run_bon(args: argparse.Namespace) -> int:
         "n": args.n,
         "m": args.m,
     }
-    store = ResultStore(args.results_dir, "bon", key)
+    store = _store(args.results_dir, "bon", key)
     todo = [p for p in problems if not store.done(p.id)]
     coder = load_model(args.coder, args) if args.coder and todo else None
     tester = load_model(args.tester, args) if args.tester and todo else None

@@ -2,23 +2,28 @@
 
 ``run`` reads JSONL lines ``{"id", "reference", "entry_point", "codes": [...], "tests": [{"call",
 "predicted"}...]}`` and writes one line per input ``{"id", "oracle", "code_status", "grid"}``; a bad
-line yields ``{"id", "error"}`` instead. ``-`` means stdin / stdout.
+line (not UTF-8, not JSON, a missing or mistyped field) yields ``{"id", "error"}`` instead. ``-``
+means stdin / stdout. Options and paths are checked before anything starts, and the output file
+appears only once every line is answered (see ``codea1.cli.outputs``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
-import tempfile
-from collections.abc import Iterator
-from typing import Any, TextIO
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from codea1.cli import CliError
+from codea1.cli.options import check_at_least, check_seconds, check_workers
+from codea1.cli.outputs import OutputFile, check_input, check_output
 from codea1.config import SandboxConfig
 from codea1.sandbox.attacks import run_suite
 from codea1.sandbox.pool import Sandbox, SandboxUnavailable
+from codea1.sandbox.tasks import MAX_CPU_S, check_config
 from codea1.types import GridJob, TestCase
 
 
@@ -46,12 +51,25 @@ def register(subparsers: Any) -> None:
         q.add_argument("--isolation", choices=("auto", "strict", "none"), default="auto")
 
 
+def check_sandbox_options(args: argparse.Namespace) -> None:
+    """Raise :class:`CliError` (one line) for ``--workers`` / ``--test-cpu-s`` / ``--load-cpu-s`` values
+    the sandbox cannot honour, before anything is started or created."""
+    check_workers(args.workers)
+    check_seconds(args.test_cpu_s, "--test-cpu-s", MAX_CPU_S)
+    check_seconds(args.load_cpu_s, "--load-cpu-s", MAX_CPU_S)
+
+
 def _config(args: argparse.Namespace, **defaults: Any) -> SandboxConfig:
+    check_sandbox_options(args)
     cfg = SandboxConfig(workers=args.workers, isolation=args.isolation, **defaults)
     if args.test_cpu_s is not None:
         cfg.test_cpu_s = args.test_cpu_s
     if args.load_cpu_s is not None:
         cfg.load_cpu_s = args.load_cpu_s
+    try:
+        check_config(cfg)
+    except ValueError as e:
+        raise CliError(str(e)) from None
     return cfg
 
 
@@ -64,9 +82,16 @@ def _start(cfg: SandboxConfig) -> Sandbox:
 
 def parse_job(line: str, lineno: int) -> GridJob:
     """One input line → :class:`GridJob`; raises ValueError with a message on malformed input."""
-    obj = json.loads(line)
+    try:
+        obj = json.loads(line)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
     if not isinstance(obj, dict):
         raise ValueError("line is not a JSON object")
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("a string holds a lone surrogate (a \\udXXX escape), which is not text") from None
     job_id = obj.get("id", f"line-{lineno}")
     for key, kind in (("reference", str), ("entry_point", str), ("codes", list), ("tests", list)):
         if not isinstance(obj.get(key), kind):
@@ -83,54 +108,61 @@ def parse_job(line: str, lineno: int) -> GridJob:
     return GridJob(str(job_id), obj["reference"], obj["entry_point"], tuple(obj["codes"]), tuple(tests))
 
 
-def _lines(stream: TextIO) -> Iterator[tuple[int, str]]:
-    for lineno, line in enumerate(stream, 1):
-        if line.strip():
-            yield lineno, line
-
-
-def _open_out(path: str) -> tuple[TextIO, str | None]:
-    if path == "-":
-        return sys.stdout, None
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".sandbox-run-", dir=directory)
-    return os.fdopen(fd, "w", encoding="utf-8"), tmp
+def read_lines(stream: Iterable[bytes | str]) -> Iterator[tuple[int, str | None, str]]:
+    """``(line number, text, "")`` per non-blank line, or ``(n, None, reason)`` when it is not UTF-8."""
+    for lineno, raw in enumerate(stream, 1):
+        if not raw.strip():
+            continue
+        if isinstance(raw, str):  # a text stream (stdin replaced in-process)
+            yield lineno, raw, ""
+            continue
+        try:
+            yield lineno, raw.decode("utf-8"), ""
+        except UnicodeDecodeError as e:
+            yield lineno, None, f"not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1})"
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """Execute every job of the input file; results in input order."""
-    if args.input != "-" and not os.path.exists(args.input):
-        raise FileNotFoundError(f"input file not found: {args.input}")
-    src = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8", errors="surrogateescape")
-    out, tmp = _open_out(args.output)
-    try:
-        with _start(_config(args)) as sandbox:
-            pending: list[tuple[int, GridJob | dict[str, str]]] = []
+    """Execute every job of the input file; results in input order.
+
+    Options and paths are checked before anything starts; the output appears only when every line
+    is done (Ctrl-C or a crash leaves no partial file).
+    """
+    cfg = _config(args)
+    check_at_least(args.batch, "--batch", 1)
+    check_at_least(args.rel_tol, "--rel-tol", 0)
+    check_at_least(args.abs_tol, "--abs-tol", 0)
+    check_input(args.input)
+    check_output(args.output)
+    with contextlib.ExitStack() as stack:
+        if args.input == "-":
+            src: Iterable[bytes | str] = getattr(sys.stdin, "buffer", sys.stdin)
+        else:
+            src = stack.enter_context(open(args.input, "rb"))
+        out = stack.enter_context(OutputFile(args.output))
+        with _start(cfg) as sandbox:
+            pending: list[GridJob | dict[str, str]] = []
 
             def flush() -> None:
-                jobs = [j for _, j in pending if isinstance(j, GridJob)]
+                jobs = [j for j in pending if isinstance(j, GridJob)]
                 grids = iter(sandbox.run_grids(jobs, rel_tol=args.rel_tol, abs_tol=args.abs_tol))
-                for _, item in pending:
+                for item in pending:
                     row = next(grids).to_dict() if isinstance(item, GridJob) else item
-                    out.write(json.dumps(row, ensure_ascii=True) + "\n")
-                out.flush()
+                    out.stream.write(json.dumps(row, ensure_ascii=True) + "\n")
                 pending.clear()
 
-            for lineno, line in _lines(src):
-                try:
-                    pending.append((lineno, parse_job(line, lineno)))
-                except (ValueError, TypeError) as e:
-                    pending.append((lineno, {"id": _guess_id(line, lineno), "error": f"line {lineno}: {e}"}))
+            for lineno, line, bad in read_lines(src):
+                if line is None:
+                    pending.append({"id": f"line-{lineno}", "error": f"line {lineno}: {bad}"})
+                else:
+                    try:
+                        pending.append(parse_job(line, lineno))
+                    except (ValueError, TypeError) as e:
+                        pending.append({"id": _guess_id(line, lineno), "error": f"line {lineno}: {e}"})
                 if len(pending) >= args.batch:
                     flush()
             flush()
-    finally:
-        if src is not sys.stdin:
-            src.close()
-        if tmp is not None:
-            out.close()
-    if tmp is not None:
-        os.replace(tmp, args.output)
+        out.commit()
     return 0
 
 
@@ -139,7 +171,7 @@ def _guess_id(line: str, lineno: int) -> str:
         obj = json.loads(line)
         if isinstance(obj, dict) and "id" in obj:
             return str(obj["id"])
-    except ValueError:
+    except (ValueError, RecursionError):
         pass
     return f"line-{lineno}"
 

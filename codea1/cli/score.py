@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from codea1.cli import CliError
+from codea1.cli.options import check_workers
+from codea1.cli.outputs import OutputFile, check_input, check_output
 from codea1.config import RewardConfig, SandboxConfig
 from codea1.replay.mistake_book import MistakeBook
 from codea1.scoring import ScoringItem, score_batch
@@ -62,13 +63,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def parse_line(line: str) -> ScoringItem:
-    """One input line as a :class:`ScoringItem`; ``ValueError`` with a reason when malformed."""
+    """One input line as a :class:`ScoringItem`; ``ValueError`` with a reason when malformed.
+
+    A line read from bytes that are not UTF-8 (decoded with ``surrogateescape``) is malformed too.
+    """
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"not UTF-8 (at column {e.start + 1})") from None
     try:
         row = json.loads(line)
     except json.JSONDecodeError as e:
         raise ValueError(f"not JSON: {e.msg}") from None
+    except RecursionError:
+        raise ValueError("not JSON: nested too deeply") from None
     if not isinstance(row, dict):
         raise ValueError("a line must be a JSON object")
+    try:
+        json.dumps(row, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("a string holds a lone surrogate (a \\udXXX escape), which is not text") from None
     for key in ("id", "reference", "entry_point"):
         if not isinstance(row.get(key), str) or not row[key]:
             raise ValueError(f"'{key}' must be a non-empty string")
@@ -92,20 +106,27 @@ def parse_line(line: str) -> ScoringItem:
 
 
 def _read(source: str) -> Iterator[str]:
+    """Lines of ``source`` (``-`` = stdin); bytes that are not UTF-8 survive as surrogate escapes,
+    so such a line costs only itself (:func:`parse_line` rejects it)."""
     if source == "-":
-        yield from sys.stdin
+        raw = getattr(sys.stdin, "buffer", None)
+        if raw is None:  # a text stream (stdin replaced in-process)
+            yield from sys.stdin
+        else:
+            for line in raw:
+                yield line.decode("utf-8", errors="surrogateescape")
         return
-    if not Path(source).is_file():
-        raise CliError(f"input file not found: {source}")
-    with open(source, encoding="utf-8") as f:
+    with open(source, encoding="utf-8", errors="surrogateescape") as f:
         yield from f
 
 
 def _line_id(line: str) -> Any:
     try:
         row = json.loads(line)
-        return row.get("id") if isinstance(row, dict) else None
-    except json.JSONDecodeError:
+        pid = row.get("id") if isinstance(row, dict) else None
+        json.dumps(pid, ensure_ascii=False).encode("utf-8")
+        return pid
+    except (ValueError, RecursionError):  # not JSON, or an id that is not text
         return None
 
 
@@ -128,29 +149,40 @@ def score_lines(
     return [r for r in rows if r is not None], [s.mistakes for s in scores]
 
 
+def _json_line(row: dict) -> str:
+    """``row`` as one JSON line; ``\\u`` escapes only where a string is not valid text."""
+    text = json.dumps(row, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(row, ensure_ascii=True)
+    return text + "\n"
+
+
 def _write(target: str, rows: list[dict]) -> None:
-    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
-    if target == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return
-    path = Path(target)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    with OutputFile(target) as out:
+        out.stream.write("".join(_json_line(r) for r in rows))
+        out.commit()
 
 
 def run(args: argparse.Namespace) -> int:
-    """Score every line, write the output, then record the Mistake-Book step."""
+    """Score every line, write the output, then record the Mistake-Book step.
+
+    Options and paths are checked before anything is opened or started.
+    """
     from codea1.sandbox.pool import Sandbox, SandboxUnavailable  # starts worker processes: import on use
 
     if not 0.0 <= args.alpha <= 1.0:
         raise CliError(f"--alpha must be in [0, 1], got {args.alpha}")
+    check_workers(args.workers)
+    if args.no_update and args.mistake_book is None:
+        raise CliError("--no-update needs --mistake-book")
+    check_input(args.input)
+    check_output(args.output)
+    if args.mistake_book is not None and args.mistake_book.is_dir():
+        raise CliError(f"--mistake-book {args.mistake_book}: is a directory, not a database file")
     reward = RewardConfig(alpha=args.alpha, normalize_by_suite=args.normalize_by_suite)
     lines = [line for line in _read(args.input) if line.strip()]
-    if args.workers < 0:
-        raise CliError(f"--workers must be >= 0, got {args.workers}")
     book = MistakeBook(args.mistake_book) if args.mistake_book is not None else None
     out: list[dict] = []
     updates = []

@@ -10,17 +10,20 @@ Formats, detected from the columns of the first readable row:
 
 from __future__ import annotations
 
+import difflib
 import gzip
 import json
+import warnings
 import zlib
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from codea1.data.problems import DataError, LoadedRow
+from codea1.data.problems import DataError, DataWarning, LoadedRow
 from codea1.types import Problem
 
 OUR_COLUMNS = frozenset({"id", "question", "entry_point", "reference"})
+OUR_OPTIONAL_COLUMNS = frozenset({"golden_tests", "imports", "source", "harness", "split", "metadata"})
 EVALPLUS_PARQUET_COLUMNS = frozenset({"GT_code", "problem", "test", "extra_info"})
 EVALPLUS_JSONL_COLUMNS = frozenset({"task_id", "prompt", "canonical_solution", "entry_point"})
 
@@ -64,6 +67,9 @@ def _decode_jsonl(data: bytes) -> list[RawRow]:
             obj = json.loads(text)
         except json.JSONDecodeError as e:
             rows.append((n, None, ("<json>", f"not valid JSON ({e.msg} at column {e.colno})")))
+            continue
+        except RecursionError:
+            rows.append((n, None, ("<json>", "not usable JSON (nested too deeply)")))
             continue
         if not isinstance(obj, dict):
             rows.append((n, None, ("<json>", f"expected a JSON object, got {type(obj).__name__}")))
@@ -113,17 +119,65 @@ def detect_format(columns: set[str]) -> str:
     return ""
 
 
+def nearest_column(name: str, known: frozenset[str]) -> str | None:
+    """The known column ``name`` most likely stands for (``tests`` → ``golden_tests``), if any is close."""
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.5)
+    return close[0] if close else None
+
+
+def _columns_error(path: Path, columns: set[str]) -> DataError:
+    """The error for rows no format matches: the missing columns of the closest format, if one is close."""
+    formats = (
+        ("ours", OUR_COLUMNS),
+        ("evalplus's JSONL", EVALPLUS_JSONL_COLUMNS),
+        ("the evalplus parquet", EVALPLUS_PARQUET_COLUMNS),
+    )
+    name, needed = max(formats, key=lambda f: len(f[1] & columns))
+    if len(needed & columns) >= 2:
+        missing = sorted(needed - columns)
+        hints = [f"'{c}' (found '{u}'?)" for c in missing if (u := nearest_column(c, frozenset(columns)))]
+        plural = "s" if len(missing) > 1 else ""
+        return DataError(
+            f"{path}: missing column{plural} {', '.join(repr(c) for c in missing)} "
+            f"({name} needs {', '.join(sorted(needed))})" + (f"; rename {', '.join(hints)}" if hints else "")
+        )
+    return DataError(
+        f"{path}: unrecognised columns {sorted(columns)}; expected ours ({', '.join(sorted(OUR_COLUMNS))}), "
+        "the reference's (GT_code + clean_description/prompt) or evalplus's "
+        f"({', '.join(sorted(EVALPLUS_JSONL_COLUMNS))})"
+    )
+
+
+def _warn_unknown_columns(path: Path, columns: set[str]) -> None:
+    """A :class:`DataWarning` per column our format does not know, naming the nearest known one."""
+    known = OUR_COLUMNS | OUR_OPTIONAL_COLUMNS
+    for column in sorted(columns - known):
+        near = nearest_column(column, known)
+        hint = f" (did you mean '{near}'?)" if near else ""
+        warnings.warn(f"{path}: unknown column '{column}'{hint} is ignored", DataWarning, stacklevel=3)
+
+
 def read_file(path: Path, *, source: str = "") -> list[LoadedRow]:
-    """Read a problem file in any supported format. ``source`` overrides the rows' source name."""
+    """Read a problem file in any supported format. ``source`` overrides the rows' source name.
+
+    The format is detected from the columns of all readable rows together; in our format, each
+    column it does not know raises a :class:`DataWarning` naming the nearest known column.
+    """
     from codea1.data import loaders_evalplus, loaders_reference
 
     raw = read_raw(path)
-    first = next((obj for _, obj, _ in raw if obj is not None), None)
-    if first is None:
-        if raw:  # every row failed to decode: report them
-            return [LoadedRow(str(path), n, None, [issue]) for n, _, issue in raw if issue]
+    columns: set[str] = set()
+    for _, obj, _ in raw:
+        if obj is not None:
+            columns.update(str(k) for k in obj)
+    if not columns:
+        if raw:  # every row failed to decode, or holds no column: report them
+            return [
+                LoadedRow(str(path), n, None, [issue] if issue else [("row", "an empty object")])
+                for n, _, issue in raw
+            ]
         raise DataError(f"{path}: no rows")
-    fmt = detect_format(set(first))
+    fmt = detect_format(columns)
     convert = {
         "ours": convert_ours,
         "evalplus_parquet": loaders_reference.convert_evalplus_parquet,
@@ -131,11 +185,9 @@ def read_file(path: Path, *, source: str = "") -> list[LoadedRow]:
         "evalplus_jsonl": loaders_evalplus.convert_evalplus_jsonl,
     }.get(fmt)
     if convert is None:
-        raise DataError(
-            f"{path}: unrecognised columns {sorted(first)}; expected ours ({', '.join(sorted(OUR_COLUMNS))}), "
-            "the reference's (GT_code + clean_description/prompt) or evalplus's "
-            f"({', '.join(sorted(EVALPLUS_JSONL_COLUMNS))})"
-        )
+        raise _columns_error(path, columns)
+    if fmt == "ours":
+        _warn_unknown_columns(path, columns)
     out: list[LoadedRow] = []
     for n, obj, issue in raw:
         if obj is None:

@@ -16,6 +16,10 @@ import builtins
 import gzip
 import importlib.util
 import json
+import os
+import socket
+import threading
+import urllib.parse
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -24,6 +28,10 @@ from codea1.data.problems import DataError, LoadedRow, defined_names, parse_quie
 from codea1.types import Problem
 
 KODCODE_REPO = "KodCode/KodCode-V1"
+KODCODE_DIFFICULTIES = ("easy", "medium", "hard", "all")
+"""Values of ``kodcode:<difficulty>`` (KodCode-V1's ``gpt_difficulty``, or ``all``)."""
+HUB_PROBE_S = 3.0
+"""How long :func:`hub_unreachable` waits for a TCP connection to the hub (or the proxy)."""
 
 
 def humaneval_path() -> Path:
@@ -194,12 +202,62 @@ def kodcode_rows(
     return out
 
 
+def hub_offline() -> bool:
+    """True when ``HF_HUB_OFFLINE`` or ``HF_DATASETS_OFFLINE`` asks the Hugging Face libraries to stay offline."""
+    flags = (os.environ.get(k, "").strip().lower() for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    return any(f in ("1", "true", "yes", "on") for f in flags)
+
+
+def hub_unreachable(timeout_s: float = HUB_PROBE_S) -> str | None:
+    """Why the hub cannot be reached (one TCP connection within ``timeout_s``), or ``None`` when it can.
+
+    The probe goes to ``HTTPS_PROXY`` when one is set, else to ``HF_ENDPOINT`` (default
+    huggingface.co); name resolution counts against the same timeout.
+    """
+    target = next(
+        (os.environ[k] for k in ("HTTPS_PROXY", "https_proxy") if os.environ.get(k)),
+        os.environ.get("HF_ENDPOINT") or "https://huggingface.co",
+    )
+    parts = urllib.parse.urlsplit(target if "//" in target else f"http://{target}")
+    host = parts.hostname or "huggingface.co"
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return f"bad address {target!r}"
+    outcome: list[str | None] = []
+
+    def probe() -> None:
+        try:
+            socket.create_connection((host, port), timeout=timeout_s).close()
+            outcome.append(None)
+        except OSError as e:
+            outcome.append(f"{host}:{port}: {e.strerror or e}")
+
+    thread = threading.Thread(target=probe, daemon=True)  # name resolution has no timeout of its own
+    thread.start()
+    thread.join(timeout_s)
+    return outcome[0] if outcome else f"{host}:{port}: no answer within {timeout_s:g} s"
+
+
 def read_kodcode(*, difficulty: str = "hard", limit: int = 0) -> list[LoadedRow]:
-    """KodCode-V1 (train split) from the hub through ``datasets``; needs network access or a local cache."""
+    """KodCode-V1 (train split) from the hub through ``datasets``; needs network access or a local cache.
+
+    Fails at once on an unknown difficulty, and (unless offline mode is set, which reads the local
+    cache) when the hub does not answer a short connection probe.
+    """
+    if difficulty not in KODCODE_DIFFICULTIES:
+        raise DataError(
+            f"unknown KodCode difficulty {difficulty!r}: use kodcode:<{'|'.join(KODCODE_DIFFICULTIES)}>"
+        )
     try:
         import datasets
     except ImportError:
         raise DataError("kodcode needs the `datasets` package: pip install 'codea1[kodcode]'") from None
+    if not hub_offline() and (why := hub_unreachable()) is not None:
+        raise DataError(
+            f"cannot load {KODCODE_REPO}: the Hugging Face hub is unreachable ({why}); connect, or set "
+            "HF_HUB_OFFLINE=1 to read it from a local Hugging Face cache"
+        )
     try:
         dataset = datasets.load_dataset(KODCODE_REPO, split="train")
     except Exception as e:  # network, auth or cache failures all surface here

@@ -41,6 +41,10 @@ class DataError(ValueError):
     """Problem data that cannot be used; the message names the file, row and field."""
 
 
+class DataWarning(UserWarning):
+    """Problem data that loads but is probably not what was meant (e.g. an unknown column)."""
+
+
 @dataclass(frozen=True)
 class InvalidRow:
     """One row that failed a check. ``row`` is 1-based (the line number for JSONL); 0 = the whole file."""
@@ -75,6 +79,8 @@ class ValidationReport:
     spec: str
     counts: dict[str, int]
     invalid: tuple[InvalidRow, ...]
+    warnings: tuple[str, ...] = ()
+    """Messages of the :class:`DataWarning` s raised while reading (unknown columns, ...)."""
 
     @property
     def total(self) -> int:
@@ -230,6 +236,10 @@ def read_spec(spec: str, *, limit: int = 0) -> list[LoadedRow]:
     path = Path(name).expanduser()
     if path.is_file():
         return loaders_files.read_file(path)
+    if path.is_dir():
+        raise DataError(f"{name}: is a directory, not a problem file ({'/'.join(FILE_SUFFIXES)})")
+    if path.exists():
+        raise DataError(f"{name}: not a regular file (a device, socket or pipe); give a problem file")
     if path.suffix or "/" in name or name.endswith(FILE_SUFFIXES):
         raise DataError(f"{name}: no such file")
     raise DataError(
@@ -260,15 +270,24 @@ def validate_problems(spec: str, *, limit: int = 0) -> ValidationReport:
     """Check every row of ``spec`` without raising for bad rows: counts per source and all invalid rows.
 
     A spec that cannot be read at all (missing file, unknown name, unreadable parquet) still raises
-    :class:`DataError`.
+    :class:`DataError`. :class:`DataWarning` s raised while reading land in the report's ``warnings``.
     """
-    valid, invalid = check_rows(read_spec(spec, limit=limit))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DataWarning)
+        rows = read_spec(spec, limit=limit)
+    notes = []
+    for w in caught:
+        if issubclass(w.category, DataWarning):
+            notes.append(str(w.message))
+        else:  # not ours to keep: pass it on
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    valid, invalid = check_rows(rows)
     if limit > 0:
         valid = valid[:limit]
     counts: dict[str, int] = {}
     for p in valid:
         counts[p.source] = counts.get(p.source, 0) + 1
-    return ValidationReport(spec=spec, counts=counts, invalid=tuple(invalid))
+    return ValidationReport(spec=spec, counts=counts, invalid=tuple(invalid), warnings=tuple(notes))
 
 
 def dataset_hash(problems: Sequence[Problem]) -> str:

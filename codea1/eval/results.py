@@ -45,20 +45,41 @@ def read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not valid JSON ({e})") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 (byte 0x{e.object[e.start]:02x} at offset {e.start})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: not usable JSON (nested too deeply)") from None
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Read a JSONL file of objects; raises ``ValueError`` naming the line of any bad record."""
+    """Read a JSONL file of objects; raises ``ValueError`` naming the line of any bad record.
+
+    A bad record is one that is not UTF-8, not JSON, not an object, or holds a string that is not
+    text (a lone ``\\udXXX`` surrogate escape, which no later step could encode).
+    """
     rows: list[dict[str, Any]] = []
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
+    for i, raw in enumerate(path.read_bytes().splitlines(), 1):
+        if not raw.strip():
             continue
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(
+                f"{path}:{i}: not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1})"
+            ) from None
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}:{i}: not valid JSON ({e})") from None
+        except RecursionError:
+            raise ValueError(f"{path}:{i}: not usable JSON (nested too deeply)") from None
         if not isinstance(row, dict):
             raise ValueError(f"{path}:{i}: expected a JSON object, got {type(row).__name__}")
+        if "\\u" in line:
+            try:
+                json.dumps(row, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(f"{path}:{i}: a string holds a lone surrogate escape (not text)") from None
         rows.append(row)
     return rows
 

@@ -18,7 +18,6 @@ import signal
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from codea1.config import SandboxConfig
-from codea1.sandbox import cgroups, checks, grid, isolation
+from codea1.sandbox import cgroups, checks, grid, isolation, scratch
 from codea1.sandbox.tasks import ProgramOutcome, ProgramTask, check_config, failed_outcome, parse_result
 from codea1.types import CheckJob, ExecGrid, GridJob, Verdict
 
@@ -151,6 +150,18 @@ class _Worker:
             self.cgroups.remove()
             self.cgroups = None
 
+    def interrupt(self) -> None:
+        """Kill the running process tree without touching this object's state (safe from another thread).
+
+        The dispatcher thread blocked on this worker then sees it exit and cleans up itself.
+        """
+        proc = self.proc
+        if proc is not None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+
     def close(self) -> None:
         """Ask the worker to exit (stdin EOF), then make sure it is gone."""
         if self.proc is not None and self.proc.stdin is not None:
@@ -175,6 +186,19 @@ class _Worker:
             return failed_outcome(task, f"sandbox worker failed: {e}")
 
 
+def _wait_quietly(events: Sequence[threading.Event], timeout_s: float = 30.0) -> None:
+    """Wait until every event is set (dispatchers stopping within moments); a repeated Ctrl-C does
+    not cut the wait short."""
+    deadline = time.monotonic() + timeout_s
+    for event in events:
+        while True:
+            try:
+                if event.wait(timeout=0.1) or time.monotonic() > deadline:
+                    break
+            except KeyboardInterrupt:
+                continue
+
+
 def _proc_ticks(pid: int, with_children: bool) -> int:
     """utime + stime (+ cutime + cstime) of ``pid`` from /proc, in clock ticks."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -186,11 +210,15 @@ class Sandbox:
     """Isolated execution of untrusted programs against tests (see docs/sandbox.md)."""
 
     def __init__(self, config: SandboxConfig | None = None) -> None:
+        self._closed = True  # until the scratch root exists: close() has nothing to do
         self.config = config or default_sandbox_config()
         check_config(self.config)
         n = self.config.workers or os.cpu_count() or 1
+        if n < 1:
+            raise ValueError(f"sandbox config: workers must be >= 0, got {self.config.workers}")
         cgroups.remove_stale_cgroups()
-        self._root = tempfile.mkdtemp(prefix="codea1-sandbox-")
+        scratch.remove_stale_roots()
+        self._root = scratch.make_root()
         tag = f"{os.getpid()}-{id(self) & 0xFFFFFF:x}"
         self._workers = [_Worker(i, self.config, self._root, tag) for i in range(n)]
         self._lock = threading.Lock()
@@ -204,6 +232,9 @@ class Sandbox:
         except (WorkerFailure, OSError) as e:
             self.close()
             raise SandboxUnavailable(f"sandbox workers did not start: {e}") from e
+        except BaseException:  # Ctrl-C while starting: leave no worker and no directory behind
+            self.close()
+            raise
         self._layers = dict(sorted(self._workers[0].layers.items()))
         if self.config.isolation == "strict":
             missing = [k for k in _REQUIRED_LAYERS if self._layers.get(k) != isolation.ACTIVE]
@@ -244,24 +275,47 @@ class Sandbox:
         for i in order:
             todo.put(i)
 
-        def serve(worker: _Worker) -> None:
-            while True:
-                try:
-                    i = todo.get_nowait()
-                except queue.Empty:
-                    return
-                results[i] = worker.run(tasks[i])
+        stop = threading.Event()
+
+        def serve(worker: _Worker, finished: threading.Event | None = None) -> None:
+            try:
+                while not stop.is_set():
+                    try:
+                        i = todo.get_nowait()
+                    except queue.Empty:
+                        return
+                    results[i] = worker.run(tasks[i])
+            finally:
+                if finished is not None:
+                    finished.set()
 
         with self._lock:
             active = self._workers[: max(1, min(len(self._workers), len(tasks)))]
             if len(active) == 1:
-                serve(active[0])
+                try:
+                    serve(active[0])
+                except BaseException:  # Ctrl-C: do not let close() wait for the task to finish
+                    active[0].interrupt()
+                    raise
             else:
-                threads = [threading.Thread(target=serve, args=(w,), daemon=True) for w in active]
-                for t in threads:
-                    t.start()
-                for t in threads:
-                    t.join()
+                finished = [threading.Event() for _ in active]
+                threads = [
+                    threading.Thread(target=serve, args=(w, f), daemon=True)
+                    for w, f in zip(active, finished, strict=True)
+                ]
+                try:
+                    for t in threads:
+                        t.start()
+                    for t in threads:
+                        t.join()
+                except BaseException:
+                    # Ctrl-C: stop the dispatchers before anything else touches the workers. (An
+                    # interrupted Thread.join may report a running thread as stopped: wait on events.)
+                    stop.set()
+                    for w in active:
+                        w.interrupt()
+                    _wait_quietly([f for f, t in zip(finished, threads, strict=True) if t.ident is not None])
+                    raise
         return [r if r is not None else failed_outcome(tasks[i], "not run") for i, r in enumerate(results)]
 
     def worker_cpu_s(self) -> float:

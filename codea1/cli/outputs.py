@@ -1,0 +1,188 @@
+"""Input and output files of the batch verbs: checked before any work starts, outputs written whole or not at all.
+
+:func:`check_input` and :func:`check_output` turn a bad path into one :class:`CliError` line before
+anything is created. :class:`OutputFile` collects an output in an unnamed file (``O_TMPFILE``) in the
+target's directory and gives it its name only when the command finishes, so Ctrl-C, an error or even
+``kill -9`` leaves either the finished file or nothing. Where the file system has no unnamed files,
+a hidden ``.codea1-out-<pid>-…`` file stands in, is removed on any error, and a later start removes
+the ones whose owner process is dead.
+
+Imports: ``codea1.cli`` (for :class:`CliError`) and the standard library.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from pathlib import Path
+from types import TracebackType
+from typing import TextIO
+
+from codea1.cli import CliError
+
+_STAND_IN_PREFIX = ".codea1-out-"
+
+
+def check_input(path: str, option: str = "--input") -> None:
+    """Raise :class:`CliError` unless ``path`` (or ``-`` for stdin) can be read as an input file."""
+    if path == "-":
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise CliError(f"{option} {path}: is a directory, not a file")
+    if not p.exists():
+        raise CliError(f"{option} {path}: no such file")
+    if not os.access(p, os.R_OK):
+        raise CliError(f"{option} {path}: not readable (permission denied)")
+
+
+def check_output(path: str, option: str = "--output", *, parent_must_exist: bool = True) -> None:
+    """Raise :class:`CliError` unless ``path`` (or ``-`` for stdout) can be written as an output file.
+
+    ``parent_must_exist=False``: for writers that create the missing directories themselves.
+    """
+    if path == "-":
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise CliError(f"{option} {path}: is a directory; give a file name")
+    parent = p.absolute().parent
+    if not parent_must_exist:
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        if not parent.is_dir():
+            raise CliError(f"{option} {path}: {parent} is not a directory")
+    elif not parent.is_dir():
+        raise CliError(f"{option} {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise CliError(f"{option} {path}: directory {parent} is not writable")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def remove_stale_stand_ins(directory: Path) -> int:
+    """Remove ``.codea1-out-<pid>-*`` files in ``directory`` whose owner process is dead; returns the count."""
+    removed = 0
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    for name in names:
+        if not name.startswith(_STAND_IN_PREFIX):
+            continue
+        owner = name[len(_STAND_IN_PREFIX) :].split("-", 1)[0]
+        if owner.isdigit() and int(owner) != os.getpid() and not _pid_alive(int(owner)):
+            with contextlib.suppress(OSError):
+                os.unlink(directory / name)
+                removed += 1
+    return removed
+
+
+class OutputFile:
+    """A text output that appears at ``path`` only on :meth:`commit` (``-`` writes to stdout directly).
+
+    Use as a context manager: leaving the block without :meth:`commit` (an error, Ctrl-C) discards
+    what was written. An existing file that is not a regular file (``/dev/null``, a FIFO) is written
+    in place, since it cannot be replaced by a rename.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._stand_in: str | None = None
+        self._unnamed_fd: int | None = None
+        if path == "-":
+            self.stream: TextIO = sys.stdout
+            return
+        target = Path(path)
+        if target.exists() and not target.is_file():
+            self.stream = open(target, "w", encoding="utf-8")  # noqa: SIM115 - closed in commit/discard
+            return
+        directory = target.absolute().parent
+        remove_stale_stand_ins(directory)
+        try:
+            fd = os.open(directory, os.O_TMPFILE | os.O_RDWR, 0o666)
+            self._unnamed_fd = fd
+        except (AttributeError, OSError):
+            fd, self._stand_in = tempfile.mkstemp(prefix=f"{_STAND_IN_PREFIX}{os.getpid()}-", dir=directory)
+            os.fchmod(fd, 0o666 & ~_umask())
+        self.stream = os.fdopen(fd, "w", encoding="utf-8", closefd=self._unnamed_fd is None)
+
+    def commit(self) -> None:
+        """Flush and give the output its name (atomically replacing an older file)."""
+        self.stream.flush()
+        if self.stream is sys.stdout:
+            return
+        if self._unnamed_fd is None and self._stand_in is None:
+            self.stream.close()
+            return
+        target = os.path.abspath(self.path)
+        if self._unnamed_fd is not None:
+            os.fsync(self._unnamed_fd)
+            self._link_unnamed(target)
+        else:
+            assert self._stand_in is not None
+            os.fsync(self.stream.fileno())
+            self.stream.close()
+            os.replace(self._stand_in, target)
+            self._stand_in = None
+
+    def _link_unnamed(self, target: str) -> None:
+        assert self._unnamed_fd is not None
+        fd, self._unnamed_fd = self._unnamed_fd, None
+        name = os.path.join(os.path.dirname(target), f"{_STAND_IN_PREFIX}{os.getpid()}-{os.urandom(4).hex()}")
+        try:
+            os.link(f"/proc/self/fd/{fd}", name, follow_symlinks=True)
+        except OSError:  # no /proc: copy into a named stand-in instead
+            os.lseek(fd, 0, os.SEEK_SET)
+            with open(name, "xb") as f:
+                while chunk := os.read(fd, 1 << 20):
+                    f.write(chunk)
+        finally:
+            self.stream.close()
+            os.close(fd)
+        try:
+            os.replace(name, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(name)
+            raise
+
+    def discard(self) -> None:
+        """Drop what was written (nothing appears at ``path``); safe to call more than once."""
+        if self.stream is sys.stdout:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            self.stream.close()
+        if self._unnamed_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._unnamed_fd)
+            self._unnamed_fd = None
+        if self._stand_in is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self._stand_in)
+            self._stand_in = None
+
+    def __enter__(self) -> OutputFile:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if kind is not None or not self.stream.closed and self.stream is not sys.stdout:
+            self.discard()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
