@@ -30,8 +30,8 @@ from codea1.sandbox.program import (
     CALL_REQUEST_FD,
     CALL_RESPONSE_FD,
     CappedSink,
+    FrameReader,
     isolate_fds,
-    read_frame,
     type_name,
     write_all,
 )
@@ -124,6 +124,7 @@ class CandidateProxy:
 
     def __init__(self, max_bytes: int, wall_s: float) -> None:
         self.max_bytes = max_bytes
+        self.answers = FrameReader(CALL_RESPONSE_FD, max_bytes + 1024)
         self.wall_left = wall_s
         self.failure: tuple[str, str] | None = None
 
@@ -141,11 +142,12 @@ class CandidateProxy:
         start = time.monotonic()
         try:
             write_all(CALL_REQUEST_FD, frame(payload))
-            ready, _, _ = select.select([CALL_RESPONSE_FD], [], [], max(self.wall_left, 0.0))
-            if not ready:
-                self._fail("timeout", "wall-clock backstop")
-                raise CandidateGone("wall-clock backstop")
-            response = read_frame(CALL_RESPONSE_FD, self.max_bytes + 1024)
+            if not self.answers.ready():
+                ready, _, _ = select.select([CALL_RESPONSE_FD], [], [], max(self.wall_left, 0.0))
+                if not ready:
+                    self._fail("timeout", "wall-clock backstop")
+                    raise CandidateGone("wall-clock backstop")
+            response = self.answers.next()
             self.wall_left -= time.monotonic() - start
         except (OSError, ValueError) as e:
             self._fail("error", f"protocol violation: call answer broken ({type(e).__name__})")

@@ -55,28 +55,36 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def read_frame(fd: int, cap: int) -> bytes | None:
-    """Read one length-prefixed frame's payload; None at end of file; ValueError over ``cap`` or cut."""
-    head = _read_exact(fd, 4)
-    if head is None:
-        return None
-    n = int.from_bytes(head, "little")
-    if n > cap:
-        raise ValueError(f"frame of {n} bytes exceeds {cap}")
-    body = _read_exact(fd, n)
-    if body is None:
-        raise ValueError("frame cut short")
-    return body
+class FrameReader:
+    """Length-prefixed frames from a pipe, read in as few ``read`` calls as the writer allows."""
 
+    def __init__(self, fd: int, cap: int) -> None:
+        self.fd, self.cap = fd, cap
+        self.buf = bytearray()
 
-def _read_exact(fd: int, n: int) -> bytes | None:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = os.read(fd, n - len(buf))
-        if not chunk:
-            return None
-        buf += chunk
-    return bytes(buf)
+    def ready(self) -> bool:
+        """True when a whole frame is already buffered."""
+        return len(self.buf) >= 4 and len(self.buf) >= 4 + int.from_bytes(self.buf[:4], "little")
+
+    def next(self) -> bytes | None:
+        """The next frame's payload; None at end of file; ValueError over ``cap`` or cut short."""
+        while True:
+            need = 4
+            if len(self.buf) >= 4:
+                n = int.from_bytes(self.buf[:4], "little")
+                if n > self.cap:
+                    raise ValueError(f"frame of {n} bytes exceeds {self.cap}")
+                if len(self.buf) >= 4 + n:
+                    body = bytes(self.buf[4 : 4 + n])
+                    del self.buf[: 4 + n]
+                    return body
+                need = 4 + n
+            chunk = os.read(self.fd, max(4096, need - len(self.buf)))
+            if not chunk:
+                if self.buf:
+                    raise ValueError("frame cut short")
+                return None
+            self.buf += chunk
 
 
 class CappedSink(io.TextIOBase):
@@ -282,9 +290,10 @@ def _serve(task: dict[str, Any], fn: Any, out: int, setup: tuple[Any, Any]) -> N
 def _serve_calls(fn: Any, max_bytes: int) -> None:
     """Answer the harness's calls until it closes the request pipe: one response frame per call."""
     me = os.getpid()
+    requests = FrameReader(CALL_REQUEST_FD, 1 << 26)
     while True:
         try:
-            request = read_frame(CALL_REQUEST_FD, 1 << 26)
+            request = requests.next()
         except (OSError, ValueError):
             os._exit(123)
         if request is None:
