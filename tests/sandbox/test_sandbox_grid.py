@@ -244,3 +244,19 @@ def test_oracle_with_no_inspectable_state_is_uncomparable(sandbox: Sandbox) -> N
     ]
     assert _statuses(g) == [["invalid", "pass"], ["invalid", "pass"]]
     assert g.verdicts[1][0].reason == "oracle uncomparable: value has no inspectable state"
+
+
+def test_cyclic_objects_compare_by_shape(sandbox: Sandbox) -> None:
+    ring = (
+        "class Ring:\n    def __init__(self, n):\n        self.n = n\n        self.next = self\n"
+        "    def grow(self):\n        other = Ring(self.n + 1)\n        other.next, self.next = self.next, other\n"
+        "        return self\n\ndef mk(n):\n    return Ring(n).grow()\n"
+    )
+    codes = (
+        ring,
+        ring.replace("return Ring(n).grow()", "return Ring(n)"),
+        ring.replace("self.n + 1", "self.n + 2"),
+    )
+    (g,) = sandbox.run_grids([GridJob("ring", ring, "mk", codes, (TestCase("mk(1)", "mk(1)"),))])
+    assert g.oracle[0].status == "valid"
+    assert _statuses(g) == [["pass"], ["fail"], ["fail"]]
