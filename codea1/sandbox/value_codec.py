@@ -143,18 +143,27 @@ def _safe_repr(value: Any) -> str:
 
 def _as_plain(value: Any) -> Any:
     """numpy scalars/arrays (only if numpy is already imported) become Python values."""
-    module = getattr(type(value), "__module__", "")
-    if module == "numpy" and hasattr(value, "tolist"):
-        try:
+    try:
+        if getattr(type(value), "__module__", "") == "numpy" and hasattr(value, "tolist"):
             return value.tolist()
-        except BaseException:  # noqa: BLE001
-            return value
+    except BaseException:  # noqa: BLE001 - a hostile type must not break encoding
+        pass
     return value
 
 
 _IMMUTABLE_TYPE = 1 << 8
 """``Py_TPFLAGS_IMMUTABLETYPE``: set on every built-in and C-implemented type, never on a class
 written in Python (whose instances keep all their state in ``__dict__`` and slots)."""
+_OBJECT_SIZE = object.__basicsize__
+
+
+def _adds_no_c_state(cls: type) -> bool:
+    """True for a class written in Python, or a C type whose instances hold nothing beyond
+    ``object`` (``typing.Generic`` where it is written in C); False for ``deque``, ``Exception``…"""
+    flags: int = type.__dict__["__flags__"].__get__(cls)
+    if not flags & _IMMUTABLE_TYPE:
+        return True
+    return bool(cls.__basicsize__ == _OBJECT_SIZE and cls.__itemsize__ == 0)
 
 
 class _SlotProbe:
@@ -204,9 +213,10 @@ def _object_state(value: Any, t: type) -> list[tuple[str, Any]] | None:
     descriptors of ``__slots__`` only: no property, ``__getattr__`` or ``__getattribute__`` runs."""
     try:
         mro = type.__dict__["__mro__"].__get__(t)
-        if mro[-1] is not object or any(
-            not isinstance(c, type) or type.__dict__["__flags__"].__get__(c) & _IMMUTABLE_TYPE
-            for c in mro[:-1]
+        if (
+            mro[-1] is not object
+            or type.__dict__["__flags__"].__get__(t) & _IMMUTABLE_TYPE  # object(), Ellipsis, C types
+            or any(not isinstance(c, type) or not _adds_no_c_state(c) for c in mro[:-1])
         ):
             return None
         attrs: dict[str, Any] = {}

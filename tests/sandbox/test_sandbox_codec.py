@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import fractions
 import math
+import typing
 
 import pytest
 
@@ -49,6 +50,7 @@ def test_object_without_inspectable_state_becomes_opaque_with_capped_repr() -> N
     assert isinstance(decode(encode(lambda: 1)), Opaque)
     assert isinstance(decode(encode(collections.deque([1]))), Opaque)
     assert isinstance(decode(encode(int)), Opaque)
+    assert isinstance(decode(encode(object())), Opaque)
 
 
 def test_subclass_of_a_plain_type_is_read_as_its_builtin_value() -> None:
@@ -88,6 +90,14 @@ class Slotted:
         self.__hidden = 2
 
 
+T = typing.TypeVar("T")
+
+
+class Box(typing.Generic[T]):
+    def __init__(self) -> None:
+        self.items = [1]
+
+
 def test_objects_are_encoded_by_class_and_sorted_attributes() -> None:
     out = decode(encode(Node(1, Node([2.5], None))))
     assert isinstance(out, ObjectState) and out.qualname == f"{__name__}.Node"
@@ -95,6 +105,7 @@ def test_objects_are_encoded_by_class_and_sorted_attributes() -> None:
     slotted = decode(encode(Slotted()))
     assert slotted.attrs == (("_Slotted__hidden", 2), ("a", 1))
     assert decode(encode(fractions.Fraction(1, 3))).attrs == (("_denominator", 3), ("_numerator", 1))
+    assert decode(encode(Box())).attrs == (("items", [1]),)  # a stateless C base (Generic) is fine
 
 
 def test_cycles_become_references_to_the_enclosing_object() -> None:
