@@ -67,7 +67,8 @@ class ProblemScore:
     grid: ExecGrid | None
     mistakes: MistakeUpdate
     ignored: tuple[tuple[dict[str, int], ...], ...] = ()
-    """Per code and suite: rejected asserts that do not count against validity, by reason."""
+    """Per code and suite: asserts that count neither for nor against validity, by reason
+    (``not_assert`` rejections, ``uncomparable`` oracle values)."""
     error: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -215,6 +216,9 @@ def _outcomes(
                     continue
                 seen.add(t.call)
                 col = prep.column[t]
+                if col < len(oracle) and oracle[col].status == "uncomparable":
+                    skipped["uncomparable"] += 1  # no inspectable value: neither pass nor bug
+                    continue
                 if col >= len(oracle) or not oracle[col].usable:
                     invalid["oracle_invalid"] += 1
                     continue

@@ -116,7 +116,7 @@ class TestExtraction:
 # --------------------------------------------------------------------------------------------------
 
 VerdictStatus = Literal["pass", "fail", "error", "timeout", "memory", "invalid"]
-OracleStatus = Literal["valid", "wrong_prediction", "invalid"]
+OracleStatus = Literal["valid", "wrong_prediction", "invalid", "uncomparable"]
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,10 @@ class OracleVerdict:
     ``valid``: the call ran on the reference and the model's prediction equals the oracle value.
     ``wrong_prediction``: the call ran, but the predicted value differs (the test is still usable
     with the oracle value, as in the paper, but counts against validity). ``invalid``: the call
-    raised, timed out or returned something that cannot be compared (``reason`` says which).
+    raised, timed out or returned a value that cannot be encoded (``reason`` says which).
+    ``uncomparable``: the call returned a value with no inspectable state (a function, a
+    C-implemented object such as a ``deque``), so no candidate can be judged on it; the test counts
+    neither for nor against anyone (docs/algorithm.md, reference bug 13.2).
     """
 
     status: OracleStatus
@@ -157,8 +160,8 @@ class OracleVerdict:
 
     @property
     def usable(self) -> bool:
-        """True when the reference produced an oracle value (valid or wrong prediction)."""
-        return self.status != "invalid"
+        """True when the reference produced a comparable oracle value (valid or wrong prediction)."""
+        return self.status in ("valid", "wrong_prediction")
 
     def to_dict(self) -> dict[str, str]:
         """JSON form ``{"status", "reason"}``."""

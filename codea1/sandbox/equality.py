@@ -4,9 +4,13 @@ Rules: ``bool`` never equals a number (``True != 1``); ``int`` and ``float`` com
 float with ``math.isclose(rel_tol, abs_tol)`` and ``nan == nan``; ``complex`` likewise; ``str`` and
 ``bytes`` exactly; ``list`` and ``tuple`` are interchangeable (as evalplus, which compares after
 converting tuples) and compared element-wise; ``set``/``frozenset`` ignore order; ``dict`` compares
-key sets and values per key; an :class:`Opaque` value (not plain data) equals only another opaque
-value with the same type name and repr. Nothing here calls a method of an untrusted object: every
-value was produced by :func:`codea1.sandbox.value_codec.decode`.
+key sets and values per key; an :class:`ObjectState` (an object of a class written in Python)
+equals only an object state with the same class qualified name and the same attribute names whose
+values are equal by these rules (a :class:`CycleRef` equals a reference to the same enclosing
+level); an :class:`Opaque` value (no inspectable state) equals only another opaque value with the
+same type name and repr, and the grid does not count a test whose oracle value holds one
+(:func:`contains_opaque`). Nothing here calls a method of an untrusted object: every value was
+produced by :func:`codea1.sandbox.value_codec.decode`.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import cmath
 import math
 from typing import Any
 
-from codea1.sandbox.value_codec import Opaque
+from codea1.sandbox.value_codec import CycleRef, ObjectState, Opaque
 
 _SET_MATCH_LIMIT = 512
 """Largest set compared element-by-element with tolerance when exact matching fails."""
@@ -30,6 +34,8 @@ def contains_opaque(value: Any) -> bool:
             return True
         if type(v) in (list, tuple, set, frozenset):
             stack.extend(v)
+        elif type(v) is ObjectState:
+            stack.extend(item for _, item in v.attrs)
         elif type(v) is dict:
             stack.extend(v.keys())
             stack.extend(v.values())
@@ -67,6 +73,10 @@ def _key(v: Any) -> Any:
         return ("seq", tuple(_key(x) for x in v))
     if t in (set, frozenset):
         return ("set", frozenset(_key(x) for x in v))
+    if t is dict:
+        return ("dict", frozenset((_key(k), _key(x)) for k, x in v.items()))
+    if t is ObjectState:
+        return ("object", v.qualname, tuple((name, _key(x)) for name, x in v.attrs))
     return (t.__name__, v)
 
 
@@ -94,6 +104,10 @@ def values_equal(a: Any, b: Any, rel_tol: float = 1e-6, abs_tol: float = 1e-6, _
         return _sets_equal(a, b, rel_tol, abs_tol, _depth)
     if ta is dict and tb is dict:
         return _dicts_equal(a, b, rel_tol, abs_tol, _depth)
+    if ta is ObjectState or tb is ObjectState:
+        return ta is tb and _objects_equal(a, b, rel_tol, abs_tol, _depth)
+    if ta is CycleRef or tb is CycleRef:
+        return ta is tb and a.up == b.up
     if ta is Opaque or tb is Opaque:
         return ta is tb and a == b
     if a is None or b is None:
@@ -101,6 +115,15 @@ def values_equal(a: Any, b: Any, rel_tol: float = 1e-6, abs_tol: float = 1e-6, _
     if ta is tb and ta in (str, bytes):
         return bool(a == b)
     return False
+
+
+def _objects_equal(a: ObjectState, b: ObjectState, rel_tol: float, abs_tol: float, depth: int) -> bool:
+    if a.qualname != b.qualname or len(a.attrs) != len(b.attrs):
+        return False
+    return all(
+        na == nb and values_equal(va, vb, rel_tol, abs_tol, depth + 1)
+        for (na, va), (nb, vb) in zip(a.attrs, b.attrs, strict=True)
+    )
 
 
 def _sets_equal(a: Any, b: Any, rel_tol: float, abs_tol: float, depth: int) -> bool:

@@ -4,8 +4,11 @@ Two phases. The oracle phase runs each distinct reference once with every distin
 predicted expression of its tests. The candidate phase runs each distinct (code, entry point) once
 with the distinct calls whose oracle is usable. Identical (program, expression) pairs are
 evaluated once per call of :func:`Sandbox.run_grids`; verdicts are decided here, on the trusted
-side, with :func:`codea1.sandbox.equality.values_equal`. Programs with many expressions are split
-into chunks so that a slow row spreads over several workers.
+side, with :func:`codea1.sandbox.equality.values_equal`. A test whose oracle value holds a value
+with no inspectable state (an ``Opaque``) is ``uncomparable``: no candidate can pass or fail it. The
+decision rests on the reference's value alone, so a candidate cannot dodge a test by returning an
+opaque value (against a comparable oracle that is a ``fail``). Programs with many expressions are
+split into chunks so that a slow row spreads over several workers.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from codea1.types import ExecGrid, GridJob, OracleVerdict, Verdict
 
 CHUNK = 64
 """Most expressions evaluated by one program process."""
-OPAQUE_NOTE = "compared by type and repr (not plain data)"
+NO_STATE = "value has no inspectable state"
+"""Reason given when a value is (or holds) an ``Opaque``: an uncomparable oracle, a failed prediction
+or a failed candidate value."""
 _Key = tuple[str, str]  # (program source, entry point)
 
 
@@ -90,16 +95,17 @@ def _judge_oracle(call: ExprOutcome, pred: ExprOutcome | str, rel: float, abs_: 
         return OracleVerdict(
             "invalid", call.reason or call.kind if call.kind in ("raise", "error") else call.kind
         )
-    note = OPAQUE_NOTE if contains_opaque(call.value) else ""
+    if contains_opaque(call.value):
+        return OracleVerdict("uncomparable", NO_STATE)
     if isinstance(pred, str):
         return OracleVerdict("wrong_prediction", f"prediction did not run: {pred}")
     if pred.kind != "value":
         return OracleVerdict("wrong_prediction", f"prediction {pred.kind}: {pred.reason}".rstrip(": "))
-    if contains_opaque(pred.value):
-        note = OPAQUE_NOTE
     if values_equal(call.value, pred.value, rel, abs_):
-        return OracleVerdict("valid", note)
-    return OracleVerdict("wrong_prediction", note or "prediction differs")
+        return OracleVerdict("valid")
+    return OracleVerdict(
+        "wrong_prediction", f"prediction {NO_STATE}" if contains_opaque(pred.value) else "prediction differs"
+    )
 
 
 def oracle_verdicts(
@@ -146,8 +152,9 @@ def plan_codes(jobs: Sequence[GridJob], oracle: OracleResult, cfg: SandboxConfig
 
 def _judge_candidate(got: ExprOutcome, want: Any, rel: float, abs_: float) -> Verdict:
     if got.kind == "value":
-        note = OPAQUE_NOTE if contains_opaque(got.value) or contains_opaque(want) else ""
-        return Verdict("pass" if values_equal(got.value, want, rel, abs_) else "fail", note)
+        if values_equal(got.value, want, rel, abs_):
+            return Verdict("pass")
+        return Verdict("fail", NO_STATE if contains_opaque(got.value) else "")
     if got.kind == "raise":
         return Verdict("error", got.reason)
     if got.kind in ("timeout", "memory"):
@@ -185,7 +192,7 @@ def assemble(
                 if not status.passed:
                     row.append(Verdict("invalid", "code did not load"))
                 elif value is None:
-                    row.append(Verdict("invalid", f"oracle invalid: {ov.reason}".rstrip(": ")))
+                    row.append(Verdict("invalid", f"oracle {ov.status}: {ov.reason}".rstrip(": ")))
                 else:
                     got = _lookup(plan, outcomes, key, test.call)
                     if isinstance(got, str):

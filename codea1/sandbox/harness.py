@@ -163,7 +163,8 @@ class CandidateProxy:
                 self._fail("error", "protocol violation: undecodable call answer")
                 raise CandidateGone("protocol violation") from None
             if not is_plain(value):
-                return NotPlainValue(self, getattr(value, "type_name", type(value).__name__)[:100])
+                what = getattr(value, "type_name", None) or getattr(value, "qualname", None)
+                return NotPlainValue(self, str(what or type(value).__name__)[:100])
             return value
         if kind == RESULT_UNENCODABLE:
             self._fail("fail", "unencodable value")

@@ -2,10 +2,16 @@
 
 Values returned by untrusted code cross to the trusted side only in this encoding: ``None``,
 ``bool``, ``int``, ``float``, ``complex``, ``str``, ``bytes``, ``list``, ``tuple``, ``dict``, ``set``
-and ``frozenset``, nested. Anything else becomes an :class:`Opaque` (qualified type name + capped
-repr). The decoder never executes anything: it walks bytes with explicit size and depth caps and
-raises :class:`CodecError` on any malformed input. The sandbox worker loads this module, which
-must stay lean.
+and ``frozenset``, nested. An instance of a subclass of one of these (``Counter``, ``OrderedDict``,
+a namedtuple, an ``IntEnum``) is encoded as the built-in value it holds, read through the built-in
+type's own methods (Python's ``==`` compares them so too). An instance of a class written in Python
+becomes an :class:`ObjectState`: its class's qualified name and its attributes (``__dict__`` and
+``__slots__`` values, sorted by name, encoded recursively; a reference back to an object that
+encloses it becomes a :class:`CycleRef`). Anything else (functions, classes, C-implemented objects
+such as ``deque`` or ``Decimal``) has no state this codec can inspect and becomes an
+:class:`Opaque` (qualified type name + capped repr). The decoder never executes anything: it walks
+bytes with explicit size and depth caps and raises :class:`CodecError` on any malformed input.
+The sandbox worker loads this module, which must stay lean.
 """
 
 from __future__ import annotations
@@ -27,7 +33,10 @@ class CodecError(ValueError):
 
 
 class Opaque:
-    """A value that is not plain data: compared by type name and repr only (immutable).
+    """A value with no state the codec can inspect: only its type name and repr are known (immutable).
+
+    Trusted-side equality never treats it as equal to anything but an identical opaque value, and a
+    test whose oracle value holds one is not counted (docs/algorithm.md, reference bug 13.2).
 
     A plain class rather than a dataclass: ``dataclasses`` would pull ``inspect`` into the lean
     sandbox worker, and every module there makes each fork dearer.
@@ -56,9 +65,70 @@ class Opaque:
         return f"Opaque(type_name={self.type_name!r}, repr={self.repr!r})"
 
 
+class ObjectState:
+    """An object of a class written in Python: its class and its attributes (immutable).
+
+    ``qualname`` is ``module.QualifiedName`` of the object's class; ``attrs`` holds ``(name, value)``
+    pairs sorted by name, from the instance ``__dict__`` and the class's ``__slots__`` (names that
+    start and end with ``__`` are left out). Values are decoded values, possibly :class:`CycleRef`.
+    ``==`` here is plain structural equality; verdicts use
+    :func:`codea1.sandbox.equality.values_equal`, which compares the attributes with its own rules.
+    """
+
+    __slots__ = ("qualname", "attrs")
+    qualname: str
+    attrs: tuple[tuple[str, Any], ...]
+
+    def __init__(self, qualname: str, attrs: tuple[tuple[str, Any], ...]) -> None:
+        object.__setattr__(self, "qualname", qualname)
+        object.__setattr__(self, "attrs", attrs)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"ObjectState is immutable (cannot set {name!r})")
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not ObjectState:
+            return NotImplemented
+        return (self.qualname, self.attrs) == (other.qualname, other.attrs)
+
+    def __hash__(self) -> int:  # attribute values may be unhashable (lists): hash the shape only
+        return hash((ObjectState, self.qualname, tuple(name for name, _ in self.attrs)))
+
+    def __repr__(self) -> str:
+        return f"ObjectState(qualname={self.qualname!r}, attrs={self.attrs!r})"
+
+
+class CycleRef:
+    """A reference back to an enclosing object: ``up`` object levels above (0 = the innermost)."""
+
+    __slots__ = ("up",)
+    up: int
+
+    def __init__(self, up: int) -> None:
+        object.__setattr__(self, "up", up)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"CycleRef is immutable (cannot set {name!r})")
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not CycleRef:
+            return NotImplemented
+        return self.up == other.up
+
+    def __hash__(self) -> int:
+        return hash((CycleRef, self.up))
+
+    def __repr__(self) -> str:
+        return f"CycleRef(up={self.up})"
+
+
 def _qualname(value: Any) -> str:
     t = type(value)
-    return f"{getattr(t, '__module__', '?')}.{getattr(t, '__qualname__', '?')}"
+    try:
+        name = f"{getattr(t, '__module__', '?')}.{getattr(t, '__qualname__', '?')}"
+    except BaseException:  # noqa: BLE001 - a hostile metaclass must not break encoding
+        return "?"
+    return name if type(name) is str else "?"
 
 
 def _safe_repr(value: Any) -> str:
@@ -71,37 +141,109 @@ def _safe_repr(value: Any) -> str:
     return text[:REPR_CAP]
 
 
-_BASE_CONTENT: tuple[tuple[type, Any], ...] = (
-    (str, str.__str__),
+def _as_plain(value: Any) -> Any:
+    """numpy scalars/arrays (only if numpy is already imported) become Python values."""
+    try:
+        if getattr(type(value), "__module__", "") == "numpy" and hasattr(value, "tolist"):
+            return value.tolist()
+    except BaseException:  # noqa: BLE001 - a hostile type must not break encoding
+        pass
+    return value
+
+
+_IMMUTABLE_TYPE = 1 << 8
+"""``Py_TPFLAGS_IMMUTABLETYPE``: set on every built-in and C-implemented type, never on a class
+written in Python (whose instances keep all their state in ``__dict__`` and slots)."""
+_OBJECT_SIZE = object.__basicsize__
+
+
+def _adds_no_c_state(cls: type) -> bool:
+    """True for a class written in Python, or a C type whose instances hold nothing beyond
+    ``object`` (``typing.Generic`` where it is written in C); False for ``deque``, ``Exception``…"""
+    flags: int = type.__dict__["__flags__"].__get__(cls)
+    if not flags & _IMMUTABLE_TYPE:
+        return True
+    return bool(cls.__basicsize__ == _OBJECT_SIZE and cls.__itemsize__ == 0)
+
+
+class _SlotProbe:
+    __slots__ = ("x",)
+
+
+_MEMBER_DESCRIPTOR = type(_SlotProbe.__dict__["x"])
+
+_PLAIN_BASES: tuple[tuple[type, Any], ...] = (
     (int, int.__int__),
     (float, float.__float__),
-    (complex, lambda v: complex(complex.real.__get__(v), complex.imag.__get__(v))),
-    (bytes, lambda v: bytes(memoryview(v))),
-    (dict, lambda v: dict(dict.items(v))),
+    (complex, lambda v: complex(complex.__dict__["real"].__get__(v), complex.__dict__["imag"].__get__(v))),
+    (str, str.__str__),
+    (bytes, lambda v: bytes.__getitem__(v, slice(None))),
+    (bytearray, lambda v: bytes(bytearray.__getitem__(v, slice(None)))),
     (list, lambda v: list(list.__iter__(v))),
     (tuple, lambda v: tuple(tuple.__iter__(v))),
+    (dict, lambda v: dict(dict.items(v))),
     (set, lambda v: set(set.__iter__(v))),
     (frozenset, lambda v: frozenset(frozenset.__iter__(v))),
 )
-"""How the content of a subclass of a plain type is read with the base type's own methods, so
-that no method the subclass overrides (``__eq__``, ``__iter__``, ``__str__``...) is consulted."""
+"""Plain types and how to read the built-in value held by an instance of a subclass, through the
+built-in type's own methods (an override in the subclass is never called)."""
 
 
-def _as_plain(value: Any) -> Any:
-    """Plain data for values that carry it: numpy scalars/arrays (only if numpy is already imported)
-    become Python values, and subclasses of plain types (``Counter``, ``OrderedDict``, a
-    ``namedtuple``, an ``IntEnum`` member, a ``str`` subclass) become their base type's content,
-    as Python's own ``==`` compares them. Anything else is returned unchanged."""
-    module = getattr(type(value), "__module__", "")
+def _plain_base(value: Any, t: type) -> tuple[bool, Any]:
+    """(True, the built-in value) when ``t`` subclasses a plain type, else (False, None)."""
+    for base, read in _PLAIN_BASES:
+        if issubclass(t, base):
+            return True, read(value)
+    return False, None
+
+
+def _mangle(cls: type, name: str) -> str:
+    if name.startswith("__") and not name.endswith("__"):
+        return f"_{cls.__name__.lstrip('_')}{name}"
+    return name
+
+
+def _is_dunder(name: str) -> bool:
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")
+
+
+def _object_state(value: Any, t: type) -> list[tuple[str, Any]] | None:
+    """The attributes of an instance of a class written in Python, sorted by name; ``None`` for
+    anything else (or when reading them fails). Reads the instance ``__dict__`` and the member
+    descriptors of ``__slots__`` only: no property, ``__getattr__`` or ``__getattribute__`` runs."""
     try:
-        if module == "numpy" and hasattr(value, "tolist"):
-            return value.tolist()
-        for base, content in _BASE_CONTENT:
-            if isinstance(value, base):
-                return content(value)
-    except BaseException:  # noqa: BLE001 - a hostile subclass stays opaque
-        return value
-    return value
+        mro = type.__dict__["__mro__"].__get__(t)
+        if (
+            mro[-1] is not object
+            or type.__dict__["__flags__"].__get__(t) & _IMMUTABLE_TYPE  # object(), Ellipsis, C types
+            or any(not isinstance(c, type) or not _adds_no_c_state(c) for c in mro[:-1])
+        ):
+            return None
+        attrs: dict[str, Any] = {}
+        for cls in reversed(mro[:-1]):
+            namespace = type.__dict__["__dict__"].__get__(cls)
+            slots = namespace.get("__slots__", ())
+            for name in (slots,) if type(slots) is str else tuple(slots):
+                if type(name) is not str or _is_dunder(name):
+                    continue
+                key = _mangle(cls, name)
+                desc = namespace.get(key)
+                if type(desc) is _MEMBER_DESCRIPTOR:
+                    try:
+                        attrs[key] = desc.__get__(value, cls)
+                    except AttributeError:  # slot never assigned
+                        pass
+        try:
+            inst = object.__getattribute__(value, "__dict__")
+        except AttributeError:
+            inst = None
+        if type(inst) is dict:
+            for name, item in list(dict.items(inst)):
+                if type(name) is str and not _is_dunder(name):
+                    attrs[name] = item
+        return sorted(attrs.items(), key=lambda kv: kv[0])
+    except BaseException:  # noqa: BLE001 - hostile classes and state become opaque, never a crash
+        return None
 
 
 class _Encoder:
@@ -109,6 +251,8 @@ class _Encoder:
         self.out = bytearray()
         self.max_bytes = max_bytes
         self.max_depth = max_depth
+        self.enclosing: dict[int, int] = {}
+        """id → level of each object being encoded (the path from the root), for cycles."""
 
     def put(self, data: bytes) -> None:
         if len(self.out) + len(data) > self.max_bytes:
@@ -157,14 +301,40 @@ class _Encoder:
                 self.value(key, depth + 1)
                 self.value(item, depth + 1)
         else:
-            plain = _as_plain(v)
-            if plain is not v:
-                self.value(plain, depth)
-                return
-            name = _qualname(v)
+            self.other(v, t, depth)
+
+    def other(self, v: Any, t: type, depth: int) -> None:
+        """A value that is not exactly a plain type: its plain form, its state, or an opaque form."""
+        plain = _as_plain(v)
+        if plain is not v:
+            self.value(plain, depth)
+            return
+        try:
+            is_sub, base = _plain_base(v, t)
+        except BaseException:  # noqa: BLE001 - a broken subclass instance is opaque
+            is_sub, base = False, None
+        if is_sub:
+            self.value(base, depth)
+            return
+        level = self.enclosing.get(id(v))
+        if level is not None:
+            self.put(b"R" + _U32.pack(len(self.enclosing) - 1 - level))
+            return
+        attrs = _object_state(v, t)
+        name = _qualname(v)[:REPR_CAP]
+        if attrs is None:
             self.put(b"O")
-            self.value(name[:REPR_CAP], depth + 1)
+            self.value(name, depth + 1)
             self.value(_safe_repr(v), depth + 1)
+            return
+        self.enclosing[id(v)] = len(self.enclosing)
+        self.put(b"A")
+        self.value(name, depth + 1)
+        self.put(_U32.pack(len(attrs)))
+        for key, item in attrs:
+            self.value(key, depth + 1)
+            self.value(item, depth + 1)
+        del self.enclosing[id(v)]
 
 
 def encode(value: Any, max_bytes: int = 65536, max_depth: int = MAX_DEPTH) -> bytes:
@@ -182,6 +352,8 @@ class _Decoder:
         self.data = memoryview(data)
         self.pos = 0
         self.max_depth = max_depth
+        self.objects = 0
+        """How many :class:`ObjectState` values enclose the current position."""
 
     def take(self, n: int) -> bytes:
         if n < 0 or self.pos + n > len(self.data):
@@ -242,7 +414,28 @@ class _Decoder:
             if type(name) is not str or type(text) is not str:
                 raise CodecError("malformed opaque value")
             return Opaque(name, text)
+        if tag == b"A":
+            return self.object_state(depth)
+        if tag == b"R":
+            up: int = _U32.unpack(self.take(4))[0]
+            if up >= self.objects:
+                raise CodecError("cycle reference outside its objects")
+            return CycleRef(up)
         raise CodecError(f"unknown tag {tag!r}")
+
+    def object_state(self, depth: int) -> ObjectState:
+        name = self.value(depth + 1)
+        if type(name) is not str:
+            raise CodecError("malformed object")
+        self.objects += 1
+        attrs: list[tuple[str, Any]] = []
+        for _ in range(self.count()):
+            key = self.value(depth + 1)
+            if type(key) is not str or (attrs and key <= attrs[-1][0]):
+                raise CodecError("object attributes must be distinct names in sorted order")
+            attrs.append((key, self.value(depth + 1)))
+        self.objects -= 1
+        return ObjectState(name, tuple(attrs))
 
 
 def decode(data: bytes, max_depth: int = MAX_DEPTH) -> Any:

@@ -8,6 +8,8 @@ import pytest
 import torch
 
 from codea1.core.advantages import group_advantages
+from codea1.engine.base import Completion
+from codea1.rollout import ScoredSample, training_batch
 
 
 def test_hand_computed_group():
@@ -54,3 +56,20 @@ def test_empty_and_mismatched():
     assert adv.numel() == 0 and stats.n_groups == 0
     with pytest.raises(ValueError):
         group_advantages([1.0, 2.0], ["a"])
+
+
+def test_rewards_a_thousandth_apart_get_distinct_advantages():
+    # Reference bug §13.9: rewards were stored in bf16 before the GRPO normalisation; 0.999 and 1.0
+    # both round to 1.0 there, so this group looked flat and carried no signal.
+    rewards = [0.999, 1.0, 0.999, 1.0]
+    adv, stats = group_advantages(rewards, ["g"] * 4)
+    assert stats.n_zero_variance_groups == 0
+    expected = 0.0005 / (math.sqrt(4 * 0.0005**2 / 3) + 1e-6)
+    assert adv.tolist() == pytest.approx([-expected, expected, -expected, expected], rel=1e-4)
+    samples = [
+        ScoredSample(Completion(0, "t", (1,), (2, 3), (-0.5, -0.5)), r, ("coder", 0), (0, i, -1))
+        for i, r in enumerate(rewards)
+    ]
+    batch, batch_stats = training_batch(samples)
+    assert batch.train.advantages == pytest.approx(adv.tolist())
+    assert batch.rewards == rewards and batch_stats.n_zero_variance_groups == 0

@@ -135,13 +135,6 @@ def test_no_suites_falls_back_to_history(impl):
     assert one(CodeOutcome(True, (T, F), ()), impl).reward == pytest.approx(0.5)
 
 
-def test_substring_markers_cannot_flip_results():
-    # §13.7: with ≥ 11 tests, a failed test 1 must stay failed even though test 10 passed.
-    passes = (F,) + (T,) * 10
-    r = rewards([CodeOutcome(True, (), (SuiteOutcome(passes),))])[0]
-    assert r.suites[0].passed == 10 and r.suites[0].failures_counted == 1
-
-
 def test_rewards_are_not_rounded_to_bf16():
     # §13.9: 999/1000 and 1000/1000 differ by 1e-3, invisible in bf16 (8 bits of mantissa).
     a = rewards([CodeOutcome(True, (), (SuiteOutcome((T,) * 999 + (F,)),))])[0].reward

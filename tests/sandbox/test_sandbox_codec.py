@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import collections
+import fractions
 import math
+import typing
 
 import pytest
 
 from codea1.sandbox.equality import contains_opaque, values_equal
-from codea1.sandbox.value_codec import CodecError, Opaque, decode, encode, frame, split_frames
+from codea1.sandbox.value_codec import (
+    CodecError,
+    CycleRef,
+    ObjectState,
+    Opaque,
+    decode,
+    encode,
+    frame,
+    split_frames,
+)
 
 
 @pytest.mark.parametrize(
@@ -24,8 +36,8 @@ def test_nan_roundtrip() -> None:
     assert math.isnan(decode(encode(float("nan"))))
 
 
-def test_custom_object_becomes_opaque_with_capped_repr() -> None:
-    class Rigged:
+def test_object_without_inspectable_state_becomes_opaque_with_capped_repr() -> None:
+    class Rigged(Exception):  # a C-implemented base: its state is not in __dict__/__slots__
         def __eq__(self, other: object) -> bool:
             return True
 
@@ -35,13 +47,116 @@ def test_custom_object_becomes_opaque_with_capped_repr() -> None:
     out = decode(encode(Rigged()))
     assert isinstance(out, Opaque) and out.type_name.endswith("Rigged") and len(out.repr) == 200
     assert contains_opaque([1, {"k": out}])
+    assert isinstance(decode(encode(lambda: 1)), Opaque)
+    assert isinstance(decode(encode(collections.deque([1]))), Opaque)
+    assert isinstance(decode(encode(int)), Opaque)
+    assert isinstance(decode(encode(object())), Opaque)
 
 
-def test_int_subclass_is_not_plain_data() -> None:
+def test_subclass_of_a_plain_type_is_read_as_its_builtin_value() -> None:
     class Sneaky(int):
-        pass
+        def __eq__(self, other: object) -> bool:
+            return True
 
-    assert isinstance(decode(encode(Sneaky(3))), Opaque)
+        def __int__(self) -> int:
+            return 99
+
+    class Listy(list):
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            return iter([0])
+
+    class Weird(complex):
+        real = 7.0  # type: ignore[assignment]
+
+    out = decode(encode([Sneaky(3), Listy([1, 2]), Weird(1, 2)]))
+    assert out == [3, [1, 2], 1 + 2j] and [type(v) for v in out] == [int, list, complex]
+    point = collections.namedtuple("point", "x y")
+    assert decode(encode(point(1, 2))) == (1, 2)
+    assert decode(encode(collections.Counter("aab"))) == {"a": 2, "b": 1}
+    assert type(decode(encode(collections.OrderedDict(a=1)))) is dict
+
+
+class Node:
+    def __init__(self, v: object, nxt: object = None) -> None:
+        self.v = v
+        self.next = nxt
+
+
+class Slotted:
+    __slots__ = ("__hidden", "a", "unset")
+
+    def __init__(self) -> None:
+        self.a = 1
+        self.__hidden = 2
+
+
+T = typing.TypeVar("T")
+
+
+class Box(typing.Generic[T]):
+    def __init__(self) -> None:
+        self.items = [1]
+
+
+def test_objects_are_encoded_by_class_and_sorted_attributes() -> None:
+    out = decode(encode(Node(1, Node([2.5], None))))
+    assert isinstance(out, ObjectState) and out.qualname == f"{__name__}.Node"
+    assert out.attrs == (("next", ObjectState(out.qualname, (("next", None), ("v", [2.5])))), ("v", 1))
+    slotted = decode(encode(Slotted()))
+    assert slotted.attrs == (("_Slotted__hidden", 2), ("a", 1))
+    assert decode(encode(fractions.Fraction(1, 3))).attrs == (("_denominator", 3), ("_numerator", 1))
+    assert decode(encode(Box())).attrs == (("items", [1]),)  # a stateless C base (Generic) is fine
+
+
+def test_cycles_become_references_to_the_enclosing_object() -> None:
+    a = Node(1)
+    a.next = Node(2, a)
+    out = decode(encode(a))
+    assert out.attrs[0][1].attrs[0] == ("next", CycleRef(1))
+    b = Node(1)
+    b.next = Node(2, b)
+    assert values_equal(out, decode(encode(b)))
+    c = Node(1)
+    c.next = Node(2, c.next)  # same values, no cycle
+    assert not values_equal(out, decode(encode(c)))
+    loop = Node(0)
+    loop.next = [loop, {"self": loop}]
+    assert decode(encode(loop)).attrs[0][1] == [CycleRef(0), {"self": CycleRef(0)}]
+
+
+def test_hostile_objects_are_opaque_or_capped_never_a_crash() -> None:
+    class Raising:
+        def __init__(self) -> None:
+            self.x = 1
+
+        def __getattribute__(self, name: str) -> object:
+            raise RuntimeError(name)
+
+        @property
+        def y(self) -> int:
+            raise RuntimeError
+
+    class HiddenDict:
+        @property
+        def __dict__(self) -> dict:  # type: ignore[override]
+            raise RuntimeError
+
+    assert decode(encode(Raising())).attrs == (("x", 1),)  # read from __dict__, nothing ran
+    assert isinstance(decode(encode(HiddenDict())), Opaque)
+    chain = Node(0)
+    for i in range(1, 300):
+        chain = Node(i, chain)
+    with pytest.raises(CodecError, match="too deep"):
+        encode(chain)
+    wide = Node(0)
+    wide.__dict__.update({f"a{i}": "x" * 100 for i in range(1000)})
+    with pytest.raises(CodecError, match="too large"):
+        encode(wide)
+    dag = Node(0)
+    for i in range(40):  # 2**40 paths, shared (not cyclic): stopped by the size cap
+        dag = Node(i, [dag, dag])
+    with pytest.raises(CodecError, match="too large"):
+        encode(dag)
 
 
 def test_size_and_depth_caps() -> None:
@@ -66,6 +181,10 @@ def test_size_and_depth_caps() -> None:
         b"NN",
         b"s\x02\x00\x00\x00\xff\xfe",
         b"d\x01\x00\x00\x00l\x00\x00\x00\x00N",
+        b"R\x00\x00\x00\x00",  # cycle reference with no enclosing object
+        b"A\x01\x00\x00\x00Ns\x01\x00\x00\x00\x00N",  # class name is not a string
+        b"As\x01\x00\x00\x00X\x02\x00\x00\x00s\x01\x00\x00\x00bNs\x01\x00\x00\x00aN",  # unsorted
+        b"As\x01\x00\x00\x00X\x01\x00\x00\x00s\x01\x00\x00\x00aR\x01\x00\x00\x00",  # ref too far
     ],
 )
 def test_malformed_bytes_raise_codec_error(data: bytes) -> None:
@@ -88,6 +207,15 @@ def test_frames_split_and_stop_at_end_marker() -> None:
         ({"a": 1, "b": 2}, {"b": 2, "a": 1.0}, True), ({1: "x"}, {True: "x"}, False), ("a", b"a", False),
         (None, 0, False), (None, None, True), ({0.1 + 0.2}, {0.3}, True), ([[1.0]], [[1]], True),
         (Opaque("m.A", "A()"), Opaque("m.A", "A()"), True), (Opaque("m.A", "A()"), 1, False),
+        (ObjectState("m.N", (("v", 1),)), ObjectState("m.N", (("v", 1.0000001),)), True),
+        (ObjectState("m.N", (("v", 1),)), ObjectState("m.N", (("v", True),)), False),
+        (ObjectState("m.N", (("v", 1),)), ObjectState("m.M", (("v", 1),)), False),
+        (ObjectState("m.N", (("v", 1),)), ObjectState("m.N", (("w", 1),)), False),
+        (ObjectState("m.N", (("v", 1),)), ObjectState("m.N", (("v", 1), ("w", 2))), False),
+        (ObjectState("m.N", (("v", 1),)), {"v": 1}, False), (ObjectState("m.N", ()), Opaque("m.N", "N()"), False),
+        ({ObjectState("m.N", (("v", [1]),))}, {ObjectState("m.N", (("v", [1.0]),))}, True),
+        ({ObjectState("m.N", (("v", 1),)): 2}, {ObjectState("m.N", (("v", True),)): 2}, False),
+        (CycleRef(0), CycleRef(0), True), (CycleRef(0), CycleRef(1), False), (CycleRef(0), 0, False),
         (10**400, 1e308, False), (1 + 1j, 1 + 1j, True), ("x", "y", False), ({"a": 1}, {"a": 1, "b": 2}, False),
     ],
 )  # fmt: skip

@@ -161,3 +161,102 @@ def test_random_starts_alike_in_every_job_and_every_test(sandbox: Sandbox) -> No
     first, second = sandbox.run_tasks([task, task])
     values = [e.value for e in first.exprs + second.exprs]
     assert len(set(values)) == 1 and values[0][0] != values[0][1]
+
+
+STACK = (
+    "class Stack:\n"
+    "    def __init__(self):\n"
+    "        self.items = []\n"
+    "    def push(self, x):\n"
+    "        self.items.append(x)\n"
+    "        return len(self.items)\n"
+)
+
+
+def test_reference_classes_do_not_leak_into_candidates(sandbox: Sandbox) -> None:
+    # Reference bug §13.3: the reference deleted only its functions before running the candidate,
+    # so `x = 1` passed class-based tests. Here the reference and the candidate never share a process.
+    by_class = GridJob(
+        "class",
+        STACK,
+        "Stack",
+        (STACK, "x = 1\n"),
+        (TestCase("Stack().push(5)", "1"), TestCase("Stack().push(0)", "1")),
+    )
+    helper_ref = (
+        STACK
+        + "def push_all(xs):\n    s = Stack()\n    for x in xs:\n        s.push(x)\n    return s.items\n"
+    )
+    leaning = "def push_all(xs):\n    s = Stack()\n    for x in xs:\n        s.push(x)\n    return s.items\n"
+    by_helper = GridJob(
+        "helper", helper_ref, "push_all", (helper_ref, leaning), (TestCase("push_all([1, 2])", "[1, 2]"),)
+    )
+    g_class, g_helper = sandbox.run_grids([by_class, by_helper])
+    assert [o.status for o in g_class.oracle] == ["valid", "valid"]
+    assert [c.status for c in g_class.code_status] == ["pass", "error"]
+    assert _statuses(g_class) == [["pass", "pass"], ["invalid", "invalid"]]
+    assert g_helper.oracle[0].status == "valid"
+    assert _statuses(g_helper) == [["pass"], ["error"]] and g_helper.verdicts[1][0].reason == "NameError"
+
+
+NODE_REF = "class Node:\n    def __init__(self, v):\n        self.v = v\n\ndef mk(v):\n    return Node(v)\n"
+NODE_CODES = {
+    "correct": "class Node:\n    __slots__ = ('v',)\n    def __init__(self, v):\n        self.v = v\n"
+    "    def __repr__(self):\n        return 'N'\n\ndef mk(v):\n    n = Node.__new__(Node)\n    n.v = v\n    return n\n",
+    "off_by_one": "class Node:\n    def __init__(self, v):\n        self.v = v + 1\n\ndef mk(v):\n    return Node(v)\n",
+    "extra_attribute": NODE_REF.replace("self.v = v", "self.v = v\n        self.seen = True"),
+    "other_class": NODE_REF.replace("class Node", "class Knot").replace("return Node", "return Knot"),
+    "cyclic": NODE_REF.replace("self.v = v", "self.v = v\n        self.me = [self]"),
+    "lying_eq": "class Node:\n    def __init__(self, v):\n        self.v = None\n"
+    "    def __eq__(self, other):\n        return True\n    __hash__ = object.__hash__\n\n"
+    "def mk(v):\n    return Node(v)\n",
+    "function": "def mk(v):\n    return lambda: v\n",
+}
+
+
+def test_objects_are_compared_by_class_and_attributes(sandbox: Sandbox) -> None:
+    # Reference bug §13.2 (object half): objects were compared by identity (and their reprs carry
+    # an address), so a correct candidate failed. Now: by class name and attributes.
+    codes = tuple(NODE_CODES.values())
+    tests = (("mk(1)", "Node(1)"), ("mk(2)", "Node(2)"), ("mk(3)", "Node(4)"), ("mk(3)", "mk"))
+    (g,) = sandbox.run_grids(
+        [GridJob("node", NODE_REF, "mk", codes, tuple(TestCase(c, p) for c, p in tests))]
+    )
+    assert [o.status for o in g.oracle] == ["valid", "valid", "wrong_prediction", "wrong_prediction"]
+    assert g.oracle[3].reason == "prediction value has no inspectable state"
+    assert all(c.status == "pass" for c in g.code_status)
+    rows = dict(zip(NODE_CODES, _statuses(g), strict=True))
+    assert rows["correct"] == ["pass"] * 4
+    for name in ("off_by_one", "extra_attribute", "other_class", "cyclic", "lying_eq", "function"):
+        assert rows[name] == ["fail"] * 4, name
+    assert g.verdicts[list(NODE_CODES).index("function")][0].reason == "value has no inspectable state"
+
+
+def test_oracle_with_no_inspectable_state_is_uncomparable(sandbox: Sandbox) -> None:
+    ref = "import collections\ndef mk(v):\n    return collections.deque([v])\n"
+    codes = (ref, "def mk(v):\n    return [v]\n")
+    (g,) = sandbox.run_grids(
+        [GridJob("q", ref, "mk", codes, (TestCase("mk(1)", "mk(1)"), TestCase("len(mk(1))", "1")))]
+    )
+    assert [(o.status, o.reason) for o in g.oracle] == [
+        ("uncomparable", "value has no inspectable state"),
+        ("valid", ""),
+    ]
+    assert _statuses(g) == [["invalid", "pass"], ["invalid", "pass"]]
+    assert g.verdicts[1][0].reason == "oracle uncomparable: value has no inspectable state"
+
+
+def test_cyclic_objects_compare_by_shape(sandbox: Sandbox) -> None:
+    ring = (
+        "class Ring:\n    def __init__(self, n):\n        self.n = n\n        self.next = self\n"
+        "    def grow(self):\n        other = Ring(self.n + 1)\n        other.next, self.next = self.next, other\n"
+        "        return self\n\ndef mk(n):\n    return Ring(n).grow()\n"
+    )
+    codes = (
+        ring,
+        ring.replace("return Ring(n).grow()", "return Ring(n)"),
+        ring.replace("self.n + 1", "self.n + 2"),
+    )
+    (g,) = sandbox.run_grids([GridJob("ring", ring, "mk", codes, (TestCase("mk(1)", "mk(1)"),))])
+    assert g.oracle[0].status == "valid"
+    assert _statuses(g) == [["pass"], ["fail"], ["fail"]]

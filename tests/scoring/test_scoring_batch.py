@@ -124,20 +124,6 @@ def test_grid_with_wrong_shape_is_an_error_not_a_crash():
     assert "shape" in s.error and s.code_rewards == (0.0,)
 
 
-def test_raising_prediction_does_not_misalign_oracles():
-    # §13.1: the first prediction raises (undefined name); every later test keeps its own oracle.
-    suite = fence(
-        "assert absolute_sum([1]) == undefined_name",
-        "assert absolute_sum([-2]) == 2",
-        "assert absolute_sum([3, -3]) == 6",
-        "assert absolute_sum([0]) == 0",
-    )
-    (s,) = score_batch([ScoringItem(problem(), (GOOD,), ((suite,),))], FakeSandbox(), reward=RewardConfig())
-    assert s.code_rewards == (1.0,)
-    assert s.breakdowns[0].suites[0].invalid_by_reason == {"wrong_prediction": 1}
-    assert s.mistakes.failed == ()
-
-
 def test_eleven_tests_failure_of_test_one_stays_a_failure():
     # §13.7: with ≥ 11 tests, a failed first test is not turned into a pass by test 10's result.
     lines = ["assert absolute_sum([-1]) == 1"] + [f"assert absolute_sum([{i}]) == {i}" for i in range(1, 11)]
