@@ -348,6 +348,8 @@ def check_invariants(cfg: RunConfig) -> None:
         errors.append("mistake_book.top_k must be >= 0 and capacity_per_problem >= 1")
     if cfg.sandbox.test_cpu_s <= 0 or cfg.sandbox.load_cpu_s <= 0 or cfg.sandbox.memory_mb < 64:
         errors.append("sandbox budgets must be positive and memory_mb >= 64")
+    if cfg.sandbox.workers < 0:
+        errors.append(f"sandbox.workers must be >= 0 (0 = one per CPU core), got {cfg.sandbox.workers}")
     if cfg.data.problems_per_step < 1 or cfg.train.steps < 1 or cfg.train.save_every < 1:
         errors.append("data.problems_per_step, train.steps and train.save_every must be >= 1")
     if cfg.train.keep_last < 1:
@@ -357,7 +359,7 @@ def check_invariants(cfg: RunConfig) -> None:
             "train.method=selfplay needs tester.view=blackbox (the baseline writes black-box tests)"
         )
     if errors:
-        raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(errors))
+        raise ConfigError("invalid configuration: " + "; ".join(errors))
 
 
 # --------------------------------------------------------------------------------------------------
