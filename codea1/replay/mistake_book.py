@@ -151,7 +151,10 @@ def recognise_book(path: str | os.PathLike[str]) -> BookKind:
 
 def _create_book(path: Path) -> None:
     """Build an empty, marked book under a temporary name and link it to ``path`` (never half-made)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BookFileError(f"{path}: cannot create a Mistake Book there ({e.strerror or e})") from None
     tmp = path.with_name(f".{path.name}.{os.getpid()}.new")
     for side in ("", "-wal", "-shm", "-journal"):
         Path(str(tmp) + side).unlink(missing_ok=True)
@@ -166,15 +169,27 @@ def _create_book(path: Path) -> None:
             conn.close()
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
-        try:
-            os.link(tmp, path)  # fails if something appeared at path meanwhile: never overwrite it
-        except FileExistsError:
-            raise BookFileError(
-                f"{path}: created by another process while this one was creating it"
-            ) from None
+        _link_new(tmp, path)
+    except (OSError, sqlite3.Error) as e:
+        reason = getattr(e, "strerror", None) or str(e)
+        raise BookFileError(f"{path}: cannot create a Mistake Book there ({reason})") from None
     finally:
         for side in ("", "-wal", "-shm", "-journal"):
             Path(str(tmp) + side).unlink(missing_ok=True)
+
+
+def _link_new(tmp: Path, path: Path) -> None:
+    """Give the finished file ``tmp`` the name ``path``, never replacing a file that appeared there."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise BookFileError(f"{path}: created by another process while this one was creating it") from None
+    except OSError:  # a file system without hard links: rename, after checking the name is free
+        if path.exists():
+            raise BookFileError(
+                f"{path}: created by another process while this one was creating it"
+            ) from None
+        os.rename(tmp, path)
 
 
 @dataclass(frozen=True)
