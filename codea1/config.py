@@ -383,13 +383,22 @@ def preset_path(name_or_path: str) -> Path:
     raise ConfigError(f"unknown preset {name_or_path!r}; known presets: {', '.join(known) or '(none found)'}")
 
 
+def _yaml_reason(e: yaml.YAMLError) -> str:
+    """A YAML error as one line: what is wrong and where."""
+    problem = getattr(e, "problem", None) or (str(e).splitlines() or ["unreadable"])[0]
+    mark = getattr(e, "problem_mark", None)
+    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else problem
+
+
 def load_config(preset: str = "tiny-cpu", overrides: list[str] | None = None) -> RunConfig:
     """Load a preset and apply ``section.field=value`` overrides (values parsed as YAML)."""
     path = preset_path(preset)
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+        raise ConfigError(f"{path}: not valid YAML: {_yaml_reason(e)}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: top level must be a mapping")
     for item in overrides or []:
@@ -405,7 +414,7 @@ def load_config(preset: str = "tiny-cpu", overrides: list[str] | None = None) ->
         try:
             node[parts[-1]] = yaml.safe_load(value)
         except yaml.YAMLError as e:
-            raise ConfigError(f"override {item!r}: value is not valid YAML: {e}") from None
+            raise ConfigError(f"override {item!r}: value is not valid YAML: {_yaml_reason(e)}") from None
     raw.setdefault("preset", path.stem)
     return config_from_dict(raw, source=str(path))
 

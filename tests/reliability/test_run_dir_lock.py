@@ -107,3 +107,23 @@ def test_resume_of_a_directory_that_is_not_a_run(tmp_path: Path, cwd: Path) -> N
     code, _, err = train("--resume", str(empty))
     assert_one_line_error(code, err, "not a codea1 run directory")
     assert not list(empty.iterdir())
+
+
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        (b"train: [\n  x: 1\n", "not valid YAML: expected ',' or ']'"),
+        (b"train:\n  steps: \xff\n", "not UTF-8"),
+    ],
+)
+def test_resume_with_a_damaged_config_is_one_line_and_changes_nothing(
+    tmp_path: Path, cwd: Path, text: bytes, needle: str
+) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_bytes(text)
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    before = snapshot(run)
+    code, _, err = train("--resume", str(run))
+    assert_one_line_error(code, err, needle)
+    assert snapshot(run) == before and not list(cwd.iterdir())
