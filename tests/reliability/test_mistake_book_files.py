@@ -245,3 +245,14 @@ def test_export_refuses_a_bad_output_before_opening_anything(tmp_path, cwd, caps
         code, _, err = run_cli(capsys, "mistakes", "export", str(path), "-o", str(out))
         assert_one_line_error(code, err, needle)
     assert snapshot(tmp_path) == before
+
+
+def test_inspect_reads_a_book_a_training_run_holds_open(tmp_path, capsys) -> None:
+    path = tmp_path / "mistake_book.sqlite"
+    with MistakeBook(path) as live:  # the writer keeps its -wal and -shm while open
+        live.apply_step(1, [MistakeUpdate("p", failed=(MistakeHit(TestCase("f(1)", "2")),))])
+        live.apply_step(2, [MistakeUpdate("q", failed=(MistakeHit(TestCase("g(1)", "3")),))])
+        code, out, err = run_cli(capsys, "mistakes", "inspect", str(tmp_path))
+        assert code == 0 and err == "" and "last step: 2" in out and "entries: 2" in out
+        live.apply_step(3, [])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mistake_book.sqlite"]
