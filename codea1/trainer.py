@@ -3,9 +3,10 @@ order, every phase timed as ``time/<phase>``.
 
 sample problems → coder rollouts → code extraction → tester prompts → tester rollouts → sandbox
 grid with Mistake-Book tests and rewards → Mistake Book update → advantages and tester-group
-selection → policy updates → push weights → metrics. :meth:`Trainer.run` adds the run-directory lock,
-checkpoints, resume (past damaged checkpoints, see checkpoint.py) and a clean stop on Ctrl-C. Methods: ``a1`` (Code-A1), ``golden`` (coder alone on golden tests),
-``selfplay`` (one model, black-box tests that score its own code).
+selection → policy updates → push weights → metrics. :meth:`Trainer.run` adds the run-directory
+lock, checkpoints, resume (past damaged checkpoints, see checkpoint.py) and a clean stop on Ctrl-C.
+Methods: ``a1`` (Code-A1), ``golden`` (coder alone on golden tests), ``selfplay`` (one model,
+black-box tests that score its own code).
 
 The engine is reached only through ``engine.base`` (the cli picks the concrete one).
 Imports: config, types, core, data, sandbox, replay, tracking, engine.base, rollout, scoring, checkpoint,
