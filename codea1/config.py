@@ -348,6 +348,8 @@ def check_invariants(cfg: RunConfig) -> None:
         errors.append("mistake_book.top_k must be >= 0 and capacity_per_problem >= 1")
     if cfg.sandbox.test_cpu_s <= 0 or cfg.sandbox.load_cpu_s <= 0 or cfg.sandbox.memory_mb < 64:
         errors.append("sandbox budgets must be positive and memory_mb >= 64")
+    if cfg.sandbox.workers < 0:
+        errors.append(f"sandbox.workers must be >= 0 (0 = one per CPU core), got {cfg.sandbox.workers}")
     if cfg.data.problems_per_step < 1 or cfg.train.steps < 1 or cfg.train.save_every < 1:
         errors.append("data.problems_per_step, train.steps and train.save_every must be >= 1")
     if cfg.train.keep_last < 1:
@@ -357,7 +359,7 @@ def check_invariants(cfg: RunConfig) -> None:
             "train.method=selfplay needs tester.view=blackbox (the baseline writes black-box tests)"
         )
     if errors:
-        raise ConfigError("invalid configuration:\n  - " + "\n  - ".join(errors))
+        raise ConfigError("invalid configuration: " + "; ".join(errors))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -387,13 +389,22 @@ def preset_path(name_or_path: str) -> Path:
     raise ConfigError(f"unknown preset {name_or_path!r}; known presets: {known} (or give a YAML file)")
 
 
+def _yaml_reason(e: yaml.YAMLError) -> str:
+    """A YAML error as one line: what is wrong and where."""
+    problem = getattr(e, "problem", None) or (str(e).splitlines() or ["unreadable"])[0]
+    mark = getattr(e, "problem_mark", None)
+    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else problem
+
+
 def load_config(preset: str = "tiny-cpu", overrides: list[str] | None = None) -> RunConfig:
     """Load a preset and apply ``section.field=value`` overrides (values parsed as YAML)."""
     path = preset_path(preset)
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+        raise ConfigError(f"{path}: not valid YAML: {_yaml_reason(e)}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: top level must be a mapping")
     for item in overrides or []:
@@ -409,7 +420,7 @@ def load_config(preset: str = "tiny-cpu", overrides: list[str] | None = None) ->
         try:
             node[parts[-1]] = yaml.safe_load(value)
         except yaml.YAMLError as e:
-            raise ConfigError(f"override {item!r}: value is not valid YAML: {e}") from None
+            raise ConfigError(f"override {item!r}: value is not valid YAML: {_yaml_reason(e)}") from None
     raw.setdefault("preset", path.stem)
     return config_from_dict(raw, source=str(path))
 

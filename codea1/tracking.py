@@ -4,7 +4,8 @@ per-step rollout samples, phase timers and the live progress display.
 Metric keys are namespaced ``coder/ tester/ exec/ replay/ loss/ time/`` (see ``docs/metrics.md``).
 ``metrics.jsonl`` holds one JSON object per step, appended and flushed as one write, so a crash
 never leaves a torn line behind a complete one; :func:`truncate_metrics` drops lines past a
-checkpoint on resume. TensorBoard and W&B are imported only when enabled.
+checkpoint on resume, keeping every readable earlier line and a copy of the original file.
+TensorBoard and W&B are imported only when enabled.
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -50,27 +53,165 @@ def atomic_write_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _parse_metrics_line(raw: bytes) -> dict[str, Any] | None:
+    """A metrics row, or None when the line is not a JSON object with an integer ``step``."""
+    try:
+        row = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return None
+    if not isinstance(row, dict) or type(row.get("step")) is not int:
+        return None
+    return row
+
+
+def _metrics_lines(path: Path) -> list[tuple[int, bytes, dict[str, Any] | None]]:
+    """``(line number, raw line with its newline, row or None)`` for every line of the file.
+
+    A last line without its newline is torn by definition (each row is written with its newline in
+    one write) unless it parses; it is returned without a newline.
+    """
+    data = path.read_bytes()
+    out = []
+    for number, raw in enumerate(data.splitlines(keepends=True), start=1):
+        body = raw.rstrip(b"\r\n")
+        if body.strip():
+            out.append((number, raw, _parse_metrics_line(body)))
+    return out
+
+
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """All complete lines of ``metrics.jsonl`` (a torn trailing line is ignored)."""
+    """Every readable line of ``metrics.jsonl`` (unreadable lines, such as a torn tail, are skipped)."""
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
         return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
-    return rows
+    return [row for _, _, row in _metrics_lines(path) if row is not None]
 
 
-def truncate_metrics(run_dir: Path, last_step: int) -> None:
-    """Keep only the complete lines of steps ``<= last_step`` (used when resuming)."""
+@dataclass
+class MetricsRepair:
+    """What :func:`truncate_metrics` did to ``metrics.jsonl`` when a run resumed."""
+
+    last_step: int
+    kept: int = 0
+    redone: list[int] = field(default_factory=list)
+    """Steps after the checkpoint whose lines were dropped (those steps run again)."""
+    unreadable: list[int] = field(default_factory=list)
+    """Line numbers that were not a JSON object with an integer step (a torn tail, garbage)."""
+    missing: list[int] = field(default_factory=list)
+    """Steps up to the checkpoint that have no readable line."""
+    restored: int | None = None
+    """The checkpoint's step, when its line was missing and was restored from the checkpoint."""
+    backup: Path | None = None
+    """Where the original file was kept (None when the file was left as it was)."""
+
+    def summary(self) -> str | None:
+        """One line for the user, or None when the file was kept as it was."""
+        if self.backup is None:
+            return None
+        parts = []
+        if self.unreadable:
+            parts.append(
+                f"skipped {len(self.unreadable)} unreadable line(s) ({_spans(self.unreadable, 'line')})"
+            )
+        if self.redone:
+            parts.append(
+                f"dropped {len(self.redone)} line(s) of steps after checkpoint {self.last_step} "
+                f"({_spans(self.redone, 'step')}, run again)"
+            )
+        if self.restored is not None:
+            parts.append(f"restored the line of step {self.restored} from its checkpoint")
+        if self.missing:
+            parts.append(f"no metrics line for {_spans(self.missing, 'step')}")
+        what = "; ".join(parts) or "rewrote the file"
+        return f"{METRICS_FILE}: {what}; original kept as {self.backup.name}"
+
+
+def _spans(numbers: Sequence[int], noun: str) -> str:
+    """``step 4``, ``steps 4-6, 9`` (at most five spans shown)."""
+    spans: list[list[int]] = []
+    for n in sorted(set(numbers)):
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    shown = [f"{a}" if a == b else f"{a}-{b}" for a, b in spans[:5]]
+    more = f" and {len(spans) - 5} more" if len(spans) > 5 else ""
+    plural = "s" if len(set(numbers)) > 1 else ""
+    return f"{noun}{plural} {', '.join(shown)}{more}"
+
+
+def _free_backup_name(path: Path) -> Path:
+    """``metrics.jsonl.orig``, else ``metrics.jsonl.orig.2``, ``.orig.3``, ... (never overwritten)."""
+    candidate = path.with_name(path.name + ".orig")
+    n = 2
+    while candidate.exists():
+        candidate = path.with_name(f"{path.name}.orig.{n}")
+        n += 1
+    return candidate
+
+
+def truncate_metrics(
+    run_dir: Path, last_step: int, checkpoint_row: Mapping[str, Any] | None = None
+) -> MetricsRepair:
+    """Bring ``metrics.jsonl`` to the lines of steps ``<= last_step`` when a run resumes.
+
+    Every readable line of a step up to ``last_step`` is kept byte for byte, wherever it sits (an
+    unreadable line in the middle costs only itself); lines of later steps are dropped, as those
+    steps run again. When anything changes, the original file is kept first as
+    ``metrics.jsonl.orig`` (``.orig.2``, ... when that exists) and the new file replaces the old
+    one atomically. ``checkpoint_row``, the row the checkpoint of ``last_step`` saved, replaces a
+    missing line of that step (a torn last line then loses nothing). The returned
+    :class:`MetricsRepair` says what was skipped.
+    """
     path = Path(run_dir) / METRICS_FILE
+    repair = MetricsRepair(last_step)
     if not path.exists():
-        return
-    keep = [r for r in read_metrics(run_dir) if int(r.get("step", 0)) <= last_step]
-    atomic_write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in keep))
+        return repair
+    original = path.read_bytes()
+    keep: list[bytes] = []
+    seen: set[int] = set()
+    for number, raw, row in _metrics_lines(path):
+        if row is None:
+            repair.unreadable.append(number)
+        elif row["step"] > last_step:
+            repair.redone.append(row["step"])
+        else:
+            keep.append(raw if raw.endswith(b"\n") else raw + b"\n")
+            seen.add(row["step"])
+    if checkpoint_row is not None and checkpoint_row.get("step") == last_step and last_step not in seen:
+        keep.append((json.dumps(dict(checkpoint_row), sort_keys=True) + "\n").encode("utf-8"))
+        seen.add(last_step)
+        repair.restored = last_step
+    repair.kept = len(keep)
+    repair.missing = [s for s in range(1, last_step + 1) if s not in seen]
+    text = b"".join(keep)
+    if text == original:
+        return repair
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        backup = _free_backup_name(path)
+        try:
+            os.link(path, backup)  # the original inode stays, under the backup name
+        except OSError:
+            shutil.copy2(path, backup)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _fsync_dir(path.parent)
+    repair.backup = backup
+    return repair
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class Tracker:

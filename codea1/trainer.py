@@ -3,9 +3,10 @@ order, every phase timed as ``time/<phase>``.
 
 sample problems → coder rollouts → code extraction → tester prompts → tester rollouts → sandbox
 grid with Mistake-Book tests and rewards → Mistake Book update → advantages and tester-group
-selection → policy updates → push weights → metrics. :meth:`Trainer.run` adds checkpoints, resume
-and a clean stop on Ctrl-C. Methods: ``a1`` (Code-A1), ``golden`` (coder alone on golden tests),
-``selfplay`` (one model, black-box tests that score its own code).
+selection → policy updates → push weights → metrics. :meth:`Trainer.run` adds the run-directory
+lock, checkpoints, resume (past damaged checkpoints, see checkpoint.py) and a clean stop on Ctrl-C.
+Methods: ``a1`` (Code-A1), ``golden`` (coder alone on golden tests), ``selfplay`` (one model,
+black-box tests that score its own code).
 
 The engine is reached only through ``engine.base`` (the cli picks the concrete one), the sandbox
 only as a :class:`~codea1.scoring.GridRunner`.
@@ -14,9 +15,10 @@ only as a :class:`~codea1.scoring.GridRunner`.
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,8 +29,7 @@ from codea1 import rollout as ro
 from codea1.checkpoint import (
     TrainerState,
     capture_rng,
-    latest_checkpoint,
-    load_checkpoint,
+    load_latest_intact,
     restore_book,
     restore_rng,
     save_checkpoint,
@@ -37,6 +38,7 @@ from codea1.config import RunConfig, SamplingConfig
 from codea1.core.advantages import AdvantageStats
 from codea1.engine.base import Learner, Policy, SamplingParams, TrainBatch
 from codea1.replay.mistake_book import MistakeBook, StepReport
+from codea1.run_lock import RunDirLock
 from codea1.scoring import (
     GoldenScore,
     GridRunner,
@@ -222,13 +224,28 @@ def role_metrics(role: str, batch: ro.RoleBatch, stats: AdvantageStats) -> dict[
     }
 
 
+def _to_stderr(text: str) -> None:
+    print(f"codea1: {text}", file=sys.stderr, flush=True)
+
+
 class Trainer:
-    """Runs ``cfg.train.steps`` steps of the configured method in ``run_dir``."""
+    """Runs ``cfg.train.steps`` steps of the configured method in ``run_dir``.
+
+    ``notice`` receives one-line notices about a damaged run directory found on resume (a checkpoint
+    passed over, metrics lines skipped); by default they go to stderr.
+    """
 
     def __init__(
-        self, cfg: RunConfig, models: Models, problems: Sequence[Problem], sandbox: GridRunner, run_dir: Path
+        self,
+        cfg: RunConfig,
+        models: Models,
+        problems: Sequence[Problem],
+        sandbox: GridRunner,
+        run_dir: Path,
+        notice: Callable[[str], None] = _to_stderr,
     ) -> None:
         self.cfg, self.models, self.problems, self.sandbox = cfg, models, list(problems), sandbox
+        self.notice = notice
         self.run_dir = Path(run_dir)
         self.method = cfg.train.method
         self.shared = models.tester_learner is models.coder_learner
@@ -386,8 +403,8 @@ class Trainer:
             return {"coder": self.models.coder_learner}
         return {"coder": self.models.coder_learner, "tester": self.models.tester_learner}
 
-    def _state(self, step: int) -> TrainerState:
-        return TrainerState(step=step, sampler=self.sampler.state(), rng=capture_rng())
+    def _state(self, step: int, metrics: dict[str, Any] | None = None) -> TrainerState:
+        return TrainerState(step=step, sampler=self.sampler.state(), rng=capture_rng(), metrics=metrics)
 
     def _save(self, state: TrainerState) -> Path:
         book = self.run_dir / BOOK_FILE if self.book is not None and self.book.enabled else None
@@ -396,26 +413,39 @@ class Trainer:
         )
 
     def _restore(self, resume: bool) -> int:
-        """Load the latest checkpoint (and its book snapshot) when resuming; returns the step done."""
-        found = latest_checkpoint(self.run_dir) if resume else None
+        """Load the newest intact checkpoint (and its book snapshot) when resuming, falling back past
+        damaged ones with a notice; bring ``metrics.jsonl`` to that step. Returns the step done."""
+        found = load_latest_intact(self.run_dir, self._learners()) if resume else None
         book_path = self.run_dir / BOOK_FILE
         if found is None:
             MistakeBook.remove_files(book_path)  # a crash before the first checkpoint
-            truncate_metrics(self.run_dir, 0)
+            self._repair_metrics(0, None)
             return 0
-        step, path = found
-        state = load_checkpoint(path, self._learners())
+        for note in found.notes:
+            self.notice(note)
         for learner in self._learners().values():
             learner.push_weights()
-        if not restore_book(path, book_path):
+        if not restore_book(found.path, book_path):
             MistakeBook.remove_files(book_path)
-        self.sampler.load_state(state.sampler)
-        restore_rng(state.rng)
-        truncate_metrics(self.run_dir, step)
-        return step
+        self.sampler.load_state(found.state.sampler)
+        restore_rng(found.state.rng)
+        self._repair_metrics(found.step, found.state.metrics)
+        return found.step
+
+    def _repair_metrics(self, step: int, row: dict[str, Any] | None) -> None:
+        summary = truncate_metrics(self.run_dir, step, checkpoint_row=row).summary()
+        if summary:
+            self.notice(summary)
 
     def run(self, *, resume: bool = False, progress: str | None = None) -> RunSummary:
-        """Train from step 1 (or after the latest checkpoint when ``resume``) to ``train.steps``."""
+        """Train from step 1 (or after the newest intact checkpoint when ``resume``) to ``train.steps``,
+        holding the run directory's lock (:class:`~codea1.run_lock.RunDirBusy` if another process
+        holds it)."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with RunDirLock(self.run_dir):
+            return self._run(resume, progress)
+
+    def _run(self, resume: bool, progress: str | None) -> RunSummary:
         cfg = self.cfg
         done = self._restore(resume)
         mb = cfg.mistake_book
@@ -435,7 +465,7 @@ class Trainer:
         last_saved = done
         try:
             for step in range(done + 1, cfg.train.steps + 1):
-                start = self._state(step - 1)
+                start = self._state(step - 1, summary.last_metrics or None)
                 try:
                     metrics = self.train_step(step)
                 except _StepAbandoned:
@@ -453,7 +483,7 @@ class Trainer:
                 summary.last_metrics = self.tracker.log(step, metrics)
                 summary.last_step = step
                 if step % cfg.train.save_every == 0 or step == cfg.train.steps or self.stop_requested:
-                    summary.checkpoint = self._save(self._state(step))
+                    summary.checkpoint = self._save(self._state(step, summary.last_metrics))
                     last_saved = step
                 if self.stop_requested:
                     summary.interrupted = True

@@ -1,12 +1,20 @@
-"""``codea1 mistakes inspect|export``: look inside a run's Mistake Book, or dump it to JSONL."""
+"""``codea1 mistakes inspect|export``: look inside a run's Mistake Book, or dump it to JSONL.
+
+Both open the book read-only: a file that is not a Mistake Book (empty, JSONL, another program's
+SQLite database, a corrupt one) is a one-line error and stays byte-identical.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sqlite3
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from codea1.cli import CliError
-from codea1.replay.mistake_book import DEFAULT_FILENAME, MistakeBook
+from codea1.replay.mistake_book import DEFAULT_FILENAME, BookFileError, MistakeBook
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -33,39 +41,84 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def resolve_db(target: Path) -> Path:
     """The database file named by a run directory or a path; an error if it does not exist."""
     path = target / DEFAULT_FILENAME if target.is_dir() else target
-    if not path.is_file():
+    if not path.exists():
         raise CliError(f"no Mistake Book at {path}")
     return path
 
 
+def open_read_only(path: Path) -> MistakeBook:
+    """The book at ``path`` opened read-only; a file that is not a book is a :class:`CliError`."""
+    try:
+        return MistakeBook(path, read_only=True)
+    except BookFileError as e:
+        raise CliError(str(e)) from None
+
+
+def _reading(path: Path, body: Callable[[MistakeBook], int]) -> int:
+    """Run ``body`` on the book opened read-only; SQLite errors while reading become one line."""
+    try:
+        with open_read_only(path) as book:
+            return body(book)
+    except sqlite3.Error as e:
+        raise CliError(f"{path}: cannot read the Mistake Book ({e})") from None
+
+
+def _stdout_closed() -> int:
+    """The reader of stdout went away (``| head``): stop quietly, as a pipe filter does."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush has nowhere to fail
+    os.close(devnull)
+    return 0
+
+
 def run_inspect(args: argparse.Namespace) -> int:
     """Print the book's size, last step, the problems with the most weight, and sample entries."""
+    if args.top < 0 or args.samples < 0:
+        raise CliError(f"--top and --samples must be >= 0, got {args.top} and {args.samples}")
     path = resolve_db(args.target)
-    with MistakeBook(path) as book:
-        problems = book.problem_sizes()
-        print(f"mistake book: {path}")
-        print(f"last step: {book.last_step if book.last_step is not None else 'none'}")
-        print(f"entries: {book.size()} across {len(problems)} problem(s)")
-        if not problems:
-            return 0
-        print(f"\n{'problem':<40} {'entries':>8} {'total freq':>10}")
-        for pid, n, total in problems[: args.top]:
-            print(f"{pid:<40} {n:>8} {total:>10}")
-        print("\nsample entries (highest frequency first):")
-        for pid, _, _ in problems[: args.top]:
-            for e in book.entries(pid)[: args.samples]:
-                print(
-                    f"  [{pid}] freq={e.frequency} added@{e.step_added} hit@{e.last_hit_step} "
-                    f"broke={e.codes_broken} passed={e.times_passed} oracle={e.oracle_status}: "
-                    f"assert {e.call} == {e.predicted}"
-                )
+    try:
+        code = _reading(path, lambda book: _print_inspection(book, path, args.top, args.samples))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return _stdout_closed()
+    return code
+
+
+def _print_inspection(book: MistakeBook, path: Path, top: int, samples: int) -> int:
+    """The inspection report on stdout."""
+    problems = book.problem_sizes()
+    print(f"mistake book: {path}")
+    print(f"last step: {book.last_step if book.last_step is not None else 'none'}")
+    print(f"entries: {book.size()} across {len(problems)} problem(s)")
+    if not problems:
+        return 0
+    print(f"\n{'problem':<40} {'entries':>8} {'total freq':>10}")
+    for pid, n, total in problems[:top]:
+        print(f"{pid:<40} {n:>8} {total:>10}")
+    print("\nsample entries (highest frequency first):")
+    for pid, _, _ in problems[:top]:
+        for e in book.entries(pid)[:samples]:
+            print(
+                f"  [{pid}] freq={e.frequency} added@{e.step_added} hit@{e.last_hit_step} "
+                f"broke={e.codes_broken} passed={e.times_passed} oracle={e.oracle_status}: "
+                f"assert {e.call} == {e.predicted}"
+            )
     return 0
 
 
 def run_export(args: argparse.Namespace) -> int:
     """Export every entry to JSONL (written atomically)."""
     path = resolve_db(args.target)
-    with MistakeBook(path) as book:
-        n = book.export_jsonl(args.output)
-    print(f"{n} entries written to {args.output}")
+    out: Path = args.output
+    if out.is_dir():
+        raise CliError(f"--output {out} is a directory; give a file name")
+    if not out.parent.is_dir():
+        raise CliError(f"--output {out}: directory {out.parent} does not exist")
+    if out.exists() and out.resolve() == path.resolve():
+        raise CliError(f"--output {out} is the Mistake Book itself; give another file")
+    try:
+        n = _reading(path, lambda book: book.export_jsonl(out))
+    except OSError as e:
+        raise CliError(f"cannot write {out}: {e.strerror or e}") from None
+    print(f"{n} entries written to {out}")
     return 0

@@ -1,7 +1,4 @@
-"""Checks of numeric options shared by several verbs, each failing with one :class:`CliError` line.
-
-Imports: ``codea1.cli`` (for :class:`CliError`) and the standard library.
-"""
+"""Checks of numeric options shared by several verbs, each failing with one :class:`CliError` line."""
 
 from __future__ import annotations
 

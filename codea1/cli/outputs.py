@@ -6,8 +6,6 @@ target's directory and gives it its name only when the command finishes, so Ctrl
 ``kill -9`` leaves either the finished file or nothing. Where the file system has no unnamed files,
 a hidden ``.codea1-out-<pid>-…`` file stands in, is removed on any error, and a later start removes
 the ones whose owner process is dead.
-
-Imports: ``codea1.cli`` (for :class:`CliError`) and the standard library.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from codea1.cli import CliError
 from codea1.cli.options import check_workers
 from codea1.cli.outputs import OutputFile, check_input, check_output
 from codea1.config import RewardConfig, SandboxConfig
-from codea1.replay.mistake_book import MistakeBook
+from codea1.replay.mistake_book import BookFileError, MistakeBook
 from codea1.scoring import ScoringItem, score_batch
 from codea1.types import Problem
 
@@ -165,6 +165,15 @@ def _write(target: str, rows: list[dict]) -> None:
         out.commit()
 
 
+def open_book(path: Path, no_update: bool) -> MistakeBook:
+    """The ``--mistake-book``: read-only with ``--no-update``, else for writing (a missing path becomes
+    a new book); a file that is not a Mistake Book is a :class:`CliError` and stays untouched."""
+    try:
+        return MistakeBook(path, read_only=no_update)
+    except BookFileError as e:
+        raise CliError(f"--mistake-book: {e}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     """Score every line, write the output, then record the Mistake-Book step.
 
@@ -183,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--mistake-book {args.mistake_book}: is a directory, not a database file")
     reward = RewardConfig(alpha=args.alpha, normalize_by_suite=args.normalize_by_suite)
     lines = [line for line in _read(args.input) if line.strip()]
-    book = MistakeBook(args.mistake_book) if args.mistake_book is not None else None
+    book = open_book(args.mistake_book, args.no_update) if args.mistake_book is not None else None
     out: list[dict] = []
     updates = []
     try:

@@ -16,12 +16,14 @@ import re
 import sys
 import time
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from codea1.cli import CliError
 from codea1.config import RunConfig, load_config
+from codea1.run_lock import LOCK_FILE, RunDirBusy, RunDirLock
 from codea1.types import Problem
 
 RESUME_CONFIG = "config.yaml"
@@ -75,7 +77,9 @@ def resolve(args: argparse.Namespace) -> tuple[RunConfig, Path, bool]:
     """The configuration, the run directory and whether this resumes an existing run."""
     if args.resume:
         run_dir = Path(args.resume)
-        if not (run_dir / RESUME_CONFIG).exists():
+        if not run_dir.is_dir():
+            raise CliError(f"--resume {run_dir}: not a directory (give the run directory to continue)")
+        if not (run_dir / RESUME_CONFIG).is_file():
             raise CliError(f"--resume {run_dir}: no {RESUME_CONFIG} there (not a codea1 run directory)")
         if args.preset or args.overrides or args.method or args.tester_view or args.alpha is not None:
             raise CliError(
@@ -92,9 +96,33 @@ def resolve(args: argparse.Namespace) -> tuple[RunConfig, Path, bool]:
         run_dir = Path(
             cfg.train.run_dir.format(preset=cfg.preset or "run", time=time.strftime("%Y%m%d-%H%M%S"))
         )
-    if run_dir.exists() and any(run_dir.iterdir()):
-        raise CliError(f"run directory {run_dir} is not empty; use --resume {run_dir} or another --run-dir")
+    check_new_run_dir(run_dir)
     return cfg, run_dir, False
+
+
+def check_new_run_dir(run_dir: Path) -> None:
+    """A new run needs a directory that does not exist yet or is empty, under a creatable parent."""
+    if run_dir.exists() or run_dir.is_symlink():
+        if not run_dir.is_dir():
+            raise CliError(f"--run-dir {run_dir} is a file, not a directory")
+        if any(p.name != LOCK_FILE for p in run_dir.iterdir()):
+            raise CliError(
+                f"run directory {run_dir} is not empty; use --resume {run_dir} or another --run-dir"
+            )
+        return
+    parent = next((p for p in run_dir.parents if p.exists()), Path("."))
+    if not parent.is_dir():
+        raise CliError(f"--run-dir {run_dir}: {parent} is a file, not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise CliError(f"--run-dir {run_dir}: cannot create it ({parent} is not writable)")
+
+
+def create_run_dir(run_dir: Path, cfg: RunConfig) -> None:
+    """Create a new run's directory and write its config (the caller holds the lock)."""
+    check_new_run_dir(run_dir)  # again: another process may have filled it meanwhile
+    from codea1.config import dump_config
+
+    dump_config(cfg, run_dir / RESUME_CONFIG)
 
 
 Responder = Callable[[str, int, int | None], str]
@@ -222,38 +250,25 @@ def build_models(cfg: RunConfig, problems: list[Any]) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Entry point of ``codea1 train``; returns 0, or 130 when stopped by Ctrl-C after saving."""
-    from codea1.config import dump_config
-    from codea1.data.problems import DataError, load_problems
-    from codea1.sandbox.pool import Sandbox
-    from codea1.trainer import Trainer, TrainingOutOfMemory
+    """Entry point of ``codea1 train``; returns 0, or 130 when stopped by Ctrl-C after saving.
+
+    Everything that can be checked is checked before the run directory is touched: the whole
+    configuration, the data, the models and the sandbox. A resumed run is locked first; a new run's
+    directory is created, locked and given its ``config.yaml`` only when training is about to start.
+    """
+    from codea1.checkpoint import CheckpointError
+    from codea1.replay.mistake_book import BookFileError
 
     cfg, run_dir, resume = resolve(args)
-    if cfg.engine.kind == "transformers":
-        expand_model_paths(cfg)
-    models_line = cfg.engine.coder_model + (
-        f" / {cfg.engine.tester_model}" if cfg.engine.tester_model else ""
-    )
-    print(f"codea1 train | preset {cfg.preset} | method {cfg.train.method} | engine {cfg.engine.kind} "
-          f"({cfg.engine.mode}) | models {models_line} | steps {cfg.train.steps} | run dir {run_dir}"
-          + (" | resuming" if resume else ""), flush=True)  # fmt: skip
     try:
-        problems = load_problems(cfg.data.train, limit=cfg.data.limit)
-    except DataError as e:
-        raise CliError(f"data.train={cfg.data.train!r}: {e}") from None
-    if not problems:
-        raise CliError(f"data.train={cfg.data.train!r} has no usable problems")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if not resume:
-        if cfg.engine.kind == "scripted":
-            byte_lengths(cfg)
-        dump_config(cfg, run_dir / RESUME_CONFIG)
-    models = build_models(cfg, problems)
-    try:
-        with Sandbox(cfg.sandbox) as sandbox:
-            summary = Trainer(cfg, models, problems, sandbox, run_dir).run(resume=resume)
-    except TrainingOutOfMemory as e:
-        raise CliError(str(e)) from None
+        with ExitStack() as held:
+            if resume:
+                held.enter_context(RunDirLock(run_dir))
+            summary = _train(cfg, run_dir, resume, held)
+    except RunDirBusy as e:
+        raise CliError(f"{e}; wait for it to finish or stop it first") from None
+    except (CheckpointError, BookFileError) as e:
+        raise CliError(f"cannot resume {run_dir}: {e}") from None
     last = summary.last_metrics
     keys = (
         "coder/reward_mean",
@@ -271,3 +286,49 @@ def run(args: argparse.Namespace) -> int:
         print(f"resume with: codea1 train --resume {run_dir}", file=sys.stderr, flush=True)
         return 130
     return 0
+
+
+def _train(cfg: RunConfig, run_dir: Path, resume: bool, held: ExitStack) -> Any:
+    """Load data, models and the sandbox, then (new runs) create the run directory, and train."""
+    from codea1.data.problems import DataError, load_problems
+    from codea1.sandbox.pool import Sandbox, SandboxUnavailable
+    from codea1.trainer import Trainer, TrainingOutOfMemory
+
+    if cfg.engine.kind == "transformers":
+        expand_model_paths(cfg)
+    models_line = cfg.engine.coder_model + (
+        f" / {cfg.engine.tester_model}" if cfg.engine.tester_model else ""
+    )
+    print(f"codea1 train | preset {cfg.preset} | method {cfg.train.method} | engine {cfg.engine.kind} "
+          f"({cfg.engine.mode}) | models {models_line} | steps {cfg.train.steps} | run dir {run_dir}"
+          + (" | resuming" if resume else ""), flush=True)  # fmt: skip
+    try:
+        problems = load_problems(cfg.data.train, limit=cfg.data.limit)
+    except DataError as e:
+        raise CliError(f"data.train={cfg.data.train!r}: {e}") from None
+    if not problems:
+        raise CliError(f"data.train={cfg.data.train!r} has no usable problems")
+    if len(problems) < cfg.data.problems_per_step:
+        raise CliError(
+            f"data.problems_per_step={cfg.data.problems_per_step} exceeds the {len(problems)} "
+            f"training problems of data.train={cfg.data.train!r}"
+        )
+    if not resume and cfg.engine.kind == "scripted":
+        byte_lengths(cfg)
+    models = build_models(cfg, problems)
+    try:
+        sandbox = held.enter_context(Sandbox(cfg.sandbox))
+    except SandboxUnavailable as e:
+        raise CliError(str(e)) from None
+    trainer = Trainer(cfg, models, problems, sandbox, run_dir)
+    if not resume:
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise CliError(f"cannot create run directory {run_dir}: {e.strerror or e}") from None
+        held.enter_context(RunDirLock(run_dir))
+        create_run_dir(run_dir, cfg)
+    try:
+        return trainer.run(resume=resume)
+    except TrainingOutOfMemory as e:
+        raise CliError(str(e)) from None

@@ -13,6 +13,17 @@ status, where both parts must ``ast.parse`` as expressions (a replayed test is r
 again, so the reference re-validates it; no raw ``repr`` is ever pasted into a program, bug §13.2);
 SQLite storage with one transaction per step (a crash mid-step leaves the previous step intact) and
 a ``meta`` table holding the last committed step; JSONL export; an off switch for the ablation.
+
+A book file carries its own mark: ``PRAGMA application_id`` = :data:`APPLICATION_ID` and
+``PRAGMA user_version`` = :data:`SCHEMA_VERSION`. Before anything is written, an existing file is
+read (read-only) and recognised; an empty file, a file that is not SQLite, another program's
+database, a corrupt database or a book from a newer schema raises :class:`BookFileError` and the
+file is left byte-identical. Books written before the mark existed (application_id 0 and exactly
+codea1's ``entries``/``meta`` tables) are recognised by their tables: read-only opens leave them as
+they are, the first writing open stamps the mark. A new book is built under a temporary name and
+linked into place, so the path never holds a half-made book. ``read_only=True`` opens through an
+SQLite ``mode=ro`` URI (``immutable`` when no writer's ``-wal`` file is present, so inspection
+creates no side files).
 """
 
 from __future__ import annotations
@@ -21,10 +32,11 @@ import ast
 import json
 import os
 import sqlite3
+import urllib.request
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from codea1.types import TestCase
 
@@ -34,6 +46,15 @@ SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
 """Suffixes of the files SQLite keeps beside a database (write-ahead log, shared memory, rollback)."""
 STORABLE_ORACLE = ("valid", "wrong_prediction")
 """Oracle statuses whose tests are stored (the reference produced a value for the call)."""
+APPLICATION_ID = int.from_bytes(b"CA1B", "big")
+"""``PRAGMA application_id`` of every Mistake Book file."""
+SCHEMA_VERSION = 1
+"""``PRAGMA user_version`` of the book schema this code reads and writes."""
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_ENTRY_COLUMNS = (
+    "problem_id", "call", "predicted", "oracle_status", "frequency", "step_added",
+    "last_hit_step", "codes_broken", "times_passed", "seq",
+)  # fmt: skip
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -52,6 +73,123 @@ CREATE TABLE IF NOT EXISTS entries (
 CREATE INDEX IF NOT EXISTS entries_rank ON entries (problem_id, frequency DESC, seq ASC);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
+
+
+class BookFileError(ValueError):
+    """A path that does not hold a usable Mistake Book; the message says what it holds instead."""
+
+
+BookKind = Literal["missing", "marked", "unmarked"]
+"""What :func:`recognise_book` found: no file, a book with the mark, a book from before the mark."""
+
+
+def read_only_uri(path: str | os.PathLike[str]) -> str:
+    """An SQLite URI that opens ``path`` read-only without creating side files.
+
+    ``immutable=1`` (no locks, no ``-shm``/``-wal`` created) when no ``-wal`` file is present, that
+    is when no writer holds the database; otherwise plain ``mode=ro``, reading through the writer's
+    own write-ahead log.
+    """
+    absolute = os.path.abspath(os.fspath(path))
+    live = os.path.exists(absolute + "-wal")
+    return f"file:{urllib.request.pathname2url(absolute)}?mode=ro" + ("" if live else "&immutable=1")
+
+
+def recognise_book(path: str | os.PathLike[str]) -> BookKind:
+    """Say whether ``path`` holds a Mistake Book, reading it read-only (nothing is written).
+
+    Raises :class:`BookFileError` naming what the file is when it is not a usable book: a directory,
+    an empty file, not SQLite, another program's SQLite database, a corrupt database, or a book of a
+    newer schema than :data:`SCHEMA_VERSION`.
+    """
+    p = Path(path)
+    if not p.exists():
+        return "missing"
+    if not p.is_file():
+        raise BookFileError(f"{p} is not a Mistake Book (not a regular file)")
+    try:
+        with open(p, "rb") as f:
+            head = f.read(len(_SQLITE_MAGIC))
+    except OSError as e:
+        raise BookFileError(f"{p}: cannot read ({e.strerror or e})") from None
+    if not head:
+        raise BookFileError(f"{p} is not a Mistake Book (an empty file)")
+    if head != _SQLITE_MAGIC:
+        raise BookFileError(f"{p} is not a Mistake Book (not an SQLite database)")
+    try:
+        conn = sqlite3.connect(read_only_uri(p), uri=True)
+    except sqlite3.Error as e:
+        raise BookFileError(f"{p}: cannot open the database ({e})") from None
+    try:
+        app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        columns = tuple(r[1] for r in conn.execute("PRAGMA table_info(entries)"))
+        problems = [r[0] for r in conn.execute("PRAGMA quick_check").fetchall()]
+    except sqlite3.Error as e:
+        raise BookFileError(f"{p} is not a usable Mistake Book (corrupt SQLite database: {e})") from None
+    finally:
+        conn.close()
+    if problems != ["ok"]:
+        raise BookFileError(f"{p} is not a usable Mistake Book (corrupt SQLite database: {problems[0]})")
+    if app_id == APPLICATION_ID:
+        if version > SCHEMA_VERSION:
+            raise BookFileError(
+                f"{p}: Mistake Book schema version {version} is newer than this codea1 reads "
+                f"({SCHEMA_VERSION}); upgrade codea1"
+            )
+        return "marked"
+    if app_id != 0:
+        raise BookFileError(
+            f"{p} is not a Mistake Book (an SQLite database of another application, id {app_id:#010x})"
+        )
+    if tables == {"entries", "meta"} and columns == _ENTRY_COLUMNS:
+        return "unmarked"
+    shown = ", ".join(sorted(tables)[:5]) or "no tables"
+    raise BookFileError(f"{p} is not a Mistake Book (an SQLite database with {shown})")
+
+
+def _create_book(path: Path) -> None:
+    """Build an empty, marked book under a temporary name and link it to ``path`` (never half-made)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BookFileError(f"{path}: cannot create a Mistake Book there ({e.strerror or e})") from None
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.new")
+    for side in ("", "-wal", "-shm", "-journal"):
+        Path(str(tmp) + side).unlink(missing_ok=True)
+    try:
+        conn = sqlite3.connect(str(tmp), isolation_level=None)
+        try:
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.executescript(_SCHEMA)
+        finally:
+            conn.close()
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        _link_new(tmp, path)
+    except (OSError, sqlite3.Error) as e:
+        reason = getattr(e, "strerror", None) or str(e)
+        raise BookFileError(f"{path}: cannot create a Mistake Book there ({reason})") from None
+    finally:
+        for side in ("", "-wal", "-shm", "-journal"):
+            Path(str(tmp) + side).unlink(missing_ok=True)
+
+
+def _link_new(tmp: Path, path: Path) -> None:
+    """Give the finished file ``tmp`` the name ``path``, never replacing a file that appeared there."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise BookFileError(f"{path}: created by another process while this one was creating it") from None
+    except OSError:  # a file system without hard links: rename, after checking the name is free
+        if path.exists():
+            raise BookFileError(
+                f"{path}: created by another process while this one was creating it"
+            ) from None
+        os.rename(tmp, path)
 
 
 @dataclass(frozen=True)
@@ -138,11 +276,20 @@ class MistakeBook:
     """Per-problem replay store in one SQLite file (the path is chosen by the caller).
 
     ``enabled=False`` gives the "w/o Mistake Book" ablation: no file is opened, :meth:`retrieve`
-    returns no tests and :meth:`apply_step` records nothing.
+    returns no tests and :meth:`apply_step` records nothing. ``read_only=True`` opens an existing
+    book without writing to it (:meth:`apply_step` then raises). A path that exists but is not a
+    book raises :class:`BookFileError` and is left untouched (see :func:`recognise_book`); a writing
+    open of a path that does not exist creates a new book there.
     """
 
     def __init__(
-        self, path: str | os.PathLike[str] | None, *, enabled: bool = True, top_k: int = 8, capacity: int = 64
+        self,
+        path: str | os.PathLike[str] | None,
+        *,
+        enabled: bool = True,
+        top_k: int = 8,
+        capacity: int = 64,
+        read_only: bool = False,
     ) -> None:
         if top_k < 0 or capacity < 1:
             raise ValueError(f"top_k must be >= 0 and capacity >= 1, got {top_k}, {capacity}")
@@ -150,15 +297,36 @@ class MistakeBook:
         self.top_k = top_k
         self.capacity = capacity
         self.path = Path(path) if path is not None else None
+        self.read_only = read_only
         self._conn: sqlite3.Connection | None = None
         if enabled:
             if self.path is None:
                 raise ValueError("an enabled Mistake Book needs a database path")
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(str(self.path), isolation_level=None)
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=FULL")
-            self._conn.executescript(_SCHEMA)
+            self._conn = self._open(self.path, read_only)
+
+    @staticmethod
+    def _open(path: Path, read_only: bool) -> sqlite3.Connection:
+        """Recognise the file, then connect: read-only, or for writing (creating or marking the book)."""
+        kind = recognise_book(path)
+        if kind == "missing":
+            if read_only:
+                raise BookFileError(f"no Mistake Book at {path}")
+            _create_book(path)
+        if read_only:
+            return sqlite3.connect(read_only_uri(path), uri=True, isolation_level=None)
+        conn = sqlite3.connect(str(path), isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            if kind == "unmarked":  # a book from before the mark: stamp it on the first writing open
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                conn.execute("COMMIT")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     # ---- lifecycle ---------------------------------------------------------------------------------
 
@@ -241,12 +409,15 @@ class MistakeBook:
         entries = self.entries()
         target = Path(path)
         tmp = target.with_name(target.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            for e in entries:
-                f.write(json.dumps(e.to_dict(), ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                for e in entries:
+                    f.write(json.dumps(e.to_dict(), ensure_ascii=False) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
         return len(entries)
 
     # ---- writing -----------------------------------------------------------------------------------
@@ -259,6 +430,8 @@ class MistakeBook:
         """
         if self._conn is None:
             return StepReport(step)
+        if self.read_only:
+            raise ValueError(f"Mistake Book {self.path} is open read-only")
         last = self.last_step
         if last is not None and step <= last:
             raise ValueError(f"Mistake Book already holds step {last}; cannot apply step {step}")

@@ -3,8 +3,6 @@
 Each :class:`~codea1.sandbox.pool.Sandbox` keeps its workers' scratch directories under one root in
 the temporary directory. A pool removes its root when it closes; a pool that was killed (``kill
 -9``) cannot, so every start first removes the roots whose owner process no longer runs.
-
-Imports: the standard library only.
 """
 
 from __future__ import annotations
