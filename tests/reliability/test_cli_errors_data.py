@@ -10,7 +10,11 @@ import types
 from pathlib import Path
 
 import pytest
-from reliability_cli import (
+
+from codea1.data import loaders_hub
+from codea1.data.problems import DataError, load_problems
+
+from .reliability_cli import (
     Place,
     assert_one_line_error,
     assert_untouched,
@@ -19,9 +23,6 @@ from reliability_cli import (
     run_process,
     tree,
 )
-
-from codea1.data import loaders_hub
-from codea1.data.problems import DataError, load_problems
 
 ROW = {
     "id": "p/1",

@@ -10,7 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
-from reliability_cli import (
+
+from .reliability_cli import (
     FIXTURES,
     Place,
     assert_one_line_error,

@@ -17,7 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
-from reliability_cli import (
+
+from codea1.sandbox import scratch
+
+from .reliability_cli import (
     Place,
     assert_one_line_error,
     assert_untouched,
@@ -28,8 +31,6 @@ from reliability_cli import (
     sandbox_roots,
     tree,
 )
-
-from codea1.sandbox import scratch
 
 GOOD = {
     "id": "neg",

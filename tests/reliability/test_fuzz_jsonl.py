@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from reliability_cli import (
+
+from .reliability_cli import (
     FIXTURES,
     Outcome,
     Place,
