@@ -458,7 +458,7 @@ def run_tests(args: argparse.Namespace) -> int:
     """``codea1 eval tests``."""
     from codea1.eval.code_eval import candidate_program, check_completions, code_of, sample_completions
     from codea1.eval.inputs import read_test_suites
-    from codea1.eval.test_eval import evaluate_suites, sample_suites, summarize_tests
+    from codea1.eval.suite_eval import evaluate_suites, sample_suites, summarize_tests
 
     if bool(args.model) == bool(args.tests):
         raise CliError("give exactly one of --model or --tests")

@@ -27,7 +27,7 @@ from pathlib import Path
 from codea1.data.parsing import extract_tests
 from codea1.eval.code_eval import CodeInput
 from codea1.eval.results import read_jsonl
-from codea1.eval.test_eval import suite_from_lines
+from codea1.eval.suite_eval import suite_from_lines
 from codea1.types import Problem, TestExtraction
 
 
