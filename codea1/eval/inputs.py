@@ -69,7 +69,10 @@ def detect_samples_format(path: Path) -> str:
 
 
 def _bigcode(path: Path, problems: Sequence[Problem]) -> tuple[dict[str, list[CodeInput]], list[str]]:
-    data = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise ValueError(f"{path}: not usable JSON (nested too deeply)") from None
     if not (isinstance(data, list) and all(isinstance(g, list) for g in data)):
         raise ValueError(f"{path}: a bigcode generations file is a JSON array of lists of strings")
     out: dict[str, list[CodeInput]] = {}
