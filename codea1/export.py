@@ -175,7 +175,7 @@ def _check_output(out: Path, role_dir: Path, force: bool) -> None:
 def export_checkpoint(plan: ExportPlan, *, cache_dir: str = "") -> Path:
     """Load the checkpoint (base model + trained tensors, in float32 on the CPU) and write ``plan.out``.
 
-    ``cache_dir`` is where a GGUF base is dequantised once (default ``$CODEA1_CACHE``). Returns the
+    ``cache_dir`` is where a GGUF base is dequantised once (default ``$CODEA1_CACHE/models``). Returns the
     output directory.
     """
     import torch

@@ -36,7 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="replace OUT when it holds an earlier export")
     p.add_argument("--push-to-hub", metavar="REPO", help="then upload OUT to the Hugging Face Hub repo REPO")
     p.add_argument("--private", action="store_true", help="with --push-to-hub: create the repo private")
-    p.add_argument("--cache-dir", default="", help="where a GGUF base is dequantised (default $CODEA1_CACHE)")
+    p.add_argument(
+        "--cache-dir", default="", help="where a GGUF base is dequantised (default $CODEA1_CACHE/models)"
+    )
     p.set_defaults(func=run)
 
 

@@ -68,7 +68,7 @@ def compare_records(
 
 
 def delta_table(deltas: Mapping[str, PairedDelta]) -> dict[str, dict[str, float]]:
-    """Rows for :func:`codea1.eval.results.format_table` and the JSON output, scores in percent."""
+    """Rows for :func:`codea1.eval.tables.format_table` and the JSON output, scores in percent."""
     rows: dict[str, dict[str, float]] = {}
     for name, d in deltas.items():
         level = round(100 * d.confidence)

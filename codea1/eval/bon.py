@@ -14,14 +14,14 @@ Correctness of each sample comes from the problem's own harness. Per problem:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from codea1.data.parsing import extract_tests
 from codea1.data.prompts import tester_messages
 from codea1.engine.base import Policy, SamplingParams
 from codea1.eval.code_eval import Checker, CodeInput, candidate_program, check_completions, code_of
-from codea1.eval.results import group_by_source
+from codea1.eval.tables import group_by_source
 from codea1.types import CheckJob, Problem, TestCase, TestExtraction
 
 _COMPARE = """
@@ -112,6 +112,19 @@ def rank_and_select(
             }
         )
     return records
+
+
+def bon_checker(
+    codes_for: Callable[[list[Problem]], Mapping[str, Sequence[CodeInput]]],
+    suites_for: Callable[[list[Problem]], Mapping[str, Sequence[TestExtraction]]],
+) -> Callable[[list[Problem], Checker, Mapping[str, float]], list[dict[str, Any]]]:
+    """The chunk check of ``eval bon``: the code samples and test suites given for a chunk (sampled or
+    read), ranked and scored by :func:`rank_and_select`."""
+
+    def check(chunk: list[Problem], checker: Checker, budgets: Mapping[str, float]) -> list[dict[str, Any]]:
+        return rank_and_select(chunk, codes_for(chunk), suites_for(chunk), checker, budgets)
+
+    return check
 
 
 def summarize_bon(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codea1.eval.code_eval import harness_program
-from codea1.eval.results import read_json, write_json_atomic
+from codea1.results_file import read_json, write_json_atomic
 from codea1.types import Problem
 
 DEFAULT_FLOOR_S = 4.0

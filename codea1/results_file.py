@@ -1,9 +1,10 @@
-"""Durable evaluation artifacts: atomic JSON files, resumable per-problem JSONL, result tables.
+"""The per-problem results file of an evaluation, and the atomic writes it is made with.
 
 A results file holds one JSON object per problem, preceded by a header line naming the run key
 (model id, dataset hash, settings). Re-running with the same key skips the problems already in the
 file; a different key is refused rather than silently mixed. Files are rewritten through a temporary
-name and renamed, so a crash never leaves a half-written file.
+name and renamed, so a crash never leaves a half-written file. The evaluation writes these files
+(:class:`ResultStore`); ``eval compare`` and the report read them (:func:`read_records`).
 """
 
 from __future__ import annotations
@@ -13,9 +14,12 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+HEADER_KEY = "run_key"
+"""The field of a results file's header line: ``{"run_key": key}``."""
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -109,7 +113,7 @@ class ResultStore:
         self.records: dict[str, dict[str, Any]] = {}
         if self.path.exists():
             rows = read_jsonl(self.path)
-            if not rows or rows[0].get("run_key") != json.loads(json.dumps(self.key)):
+            if not rows or rows[0].get(HEADER_KEY) != json.loads(json.dumps(self.key)):
                 raise ValueError(f"{self.path}: exists but was written for a different run key")
             self.records = {r["id"]: r for r in rows[1:]}
 
@@ -121,39 +125,14 @@ class ResultStore:
         """Store ``records`` (replacing any with the same id) and rewrite the file atomically."""
         for r in records:
             self.records[r["id"]] = r
-        lines = [json.dumps({"run_key": self.key})]
+        lines = [json.dumps({HEADER_KEY: self.key})]
         lines += [json.dumps(r) for r in self.records.values()]
         write_text_atomic(self.path, "\n".join(lines) + "\n")
 
 
-def format_table(metrics: Mapping[str, Mapping[str, float]], title: str = "") -> str:
-    """A plain-text table: one row per benchmark, one column per metric (values already scaled)."""
-    columns: list[str] = []
-    for row in metrics.values():
-        columns += [c for c in row if c not in columns]
-    header = ["benchmark", *columns]
-    body = [[name, *(_fmt(row.get(c)) for c in columns)] for name, row in metrics.items()]
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *body, strict=False)]
-    lines = [title] if title else []
-    lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False)))
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(str(x).ljust(w) for x, w in zip(r, widths, strict=False)) for r in body]
-    return "\n".join(lines)
-
-
-def _fmt(v: float | int | None) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, int):
-        return str(v)
-    return f"{v:.2f}"
-
-
-def group_by_source(records: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
-    """Per-problem records grouped by benchmark (their ``source``), plus ``all`` when there are several."""
-    groups: dict[str, list[Mapping[str, Any]]] = {}
-    for r in records:
-        groups.setdefault(r["source"] or "unknown", []).append(r)
-    if len(groups) > 1:
-        groups["all"] = list(records)
-    return groups
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """The per-problem records of a results file, header line dropped; ``ValueError`` names a bad line."""
+    rows = read_jsonl(path)
+    if rows and HEADER_KEY in rows[0]:
+        rows = rows[1:]
+    return rows

@@ -17,16 +17,16 @@ reference in the sandbox (``run_grids``: the oracle value comes from the referen
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 from codea1.data.parsing import extract_tests
 from codea1.data.prompts import tester_messages
 from codea1.engine.base import Policy, SamplingParams
-from codea1.eval.code_eval import Checker, candidate_program
+from codea1.eval.code_eval import Checker, CodeInput, candidate_program, check_completions, code_of
 from codea1.eval.coverage_run import reference_coverage
 from codea1.eval.mutants import generate_mutants
-from codea1.eval.results import group_by_source
+from codea1.eval.tables import group_by_source
 from codea1.types import CheckJob, ExecGrid, GridJob, Problem, TestExtraction
 
 
@@ -95,6 +95,46 @@ def evaluate_suites(
     for p, job, grid in zip(problems, jobs, grids, strict=True):
         records.append(_record(p, suites.get(p.id), job, grid, mutants[p.id], equivalent[p.id], k))
     return records
+
+
+def known_wrong_codes(
+    problems: Sequence[Problem],
+    codes: Mapping[str, Sequence[CodeInput]],
+    checker: Checker,
+    budgets: Mapping[str, float],
+) -> dict[str, list[str]]:
+    """Defect detection's material: per problem, the candidate programs of ``codes`` that fail its harness.
+
+    Samples without usable code are left out (there is no program to catch).
+    """
+    checked = check_completions(problems, {p.id: codes.get(p.id, []) for p in problems}, checker, budgets)
+    wrong: dict[str, list[str]] = {}
+    for p, rec in zip(problems, checked, strict=False):
+        for item, ok in zip(codes.get(p.id, []), rec["correct"], strict=False):
+            code, _ = code_of(p, item)
+            if code is not None and not ok:
+                wrong.setdefault(p.id, []).append(candidate_program(p, code))
+    return wrong
+
+
+def suites_checker(
+    suites_for: Callable[[list[Problem]], Mapping[str, Sequence[TestExtraction]]],
+    codes_for: Callable[[list[Problem]], Mapping[str, Sequence[CodeInput]]] | None,
+    *,
+    k: int,
+    max_mutants: int,
+) -> Callable[[list[Problem], GridRunner, Mapping[str, float]], list[dict[str, Any]]]:
+    """The chunk check of ``eval tests``: the first suite ``suites_for`` gives each problem of a chunk,
+    scored; with ``codes_for``, the code samples failing the harness measure defect detection."""
+
+    def check(chunk: list[Problem], runner: GridRunner, budgets: Mapping[str, float]) -> list[dict[str, Any]]:
+        suites = {pid: s[0] for pid, s in suites_for(chunk).items() if s}
+        wrong = known_wrong_codes(chunk, codes_for(chunk), runner, budgets) if codes_for is not None else {}
+        return evaluate_suites(
+            chunk, suites, runner, budgets, k=k, max_mutants=max_mutants, wrong_codes=wrong
+        )
+
+    return check
 
 
 def _equivalent_mutants(
