@@ -5,9 +5,10 @@ A tiny random-init Llama (built from a config, fp32, no download) is trained one
 The batch holds ragged responses, one of them empty (which the sequence modes leave out), and the two
 halves given to the two data-parallel ranks hold different numbers of tokens.
 
-The 2-rank update runs in two spawned processes over gloo; each rank averages its gradients after
-every backward, as DDP and FSDP2 do (so every rank must run the same number of backward passes: each
-rank's half is one micro-batch; a micro-batch of empty responses has no backward).
+The 2-rank update runs in two spawned processes over gloo, its gradients averaged over the ranks
+after every backward either by a plain all-reduce (as DDP does) or by FSDP2 ``fully_shard`` (so every
+rank must run the same number of backward passes: each rank's half is one micro-batch; a micro-batch
+of empty responses has no backward).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ ADVANTAGES = [1.0, -0.5, -1.5, 0.7]
 LR = 1e-3
 HALVES = (slice(0, 2), slice(2, 4))
 """Rank 0 gets 5 response tokens, rank 1 gets 9."""
+SYNCS = ("all-reduce", "fsdp2")
+"""How the ranks' gradients are averaged: an all-reduce after each backward (as DDP), or FSDP2."""
 
 
 def _tiny_llama() -> torch.nn.Module:
@@ -135,8 +138,22 @@ def _average_gradients_after_each_backward(params: list[torch.nn.Parameter]) -> 
         p.register_post_accumulate_grad_hook(hook)
 
 
+def _fully_shard(model: torch.nn.Module) -> None:
+    """FSDP2 over the ranks: each decoder layer, the decoder and the output head.
+
+    The learner calls the decoder and the head separately (log-probs without full logits), so each
+    is its own FSDP2 root instead of the whole causal LM.
+    """
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in model.model.layers:
+        fully_shard(layer)
+    fully_shard(model.model)
+    fully_shard(model.lm_head)
+
+
 def _data_parallel_rank(rank: int, world: int, init_file: str, batch: TrainBatch, out_dir: str) -> None:
-    """One rank: its half of the batch as one micro-batch, gradients averaged; saves its results."""
+    """One rank: its half of the batch as one micro-batch, for each way of averaging gradients."""
     torch.set_num_threads(1)
     torch.distributed.init_process_group(
         "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world
@@ -144,12 +161,17 @@ def _data_parallel_rank(rank: int, world: int, init_file: str, batch: TrainBatch
     try:
         model = _tiny_llama()
         results = {}
-        for mode in MODES:
-            learner = _learner(copy.deepcopy(model), mode, 2)
-            _average_gradients_after_each_backward(list(learner.params.values()))
-            stats = learner.train_step(_part(batch, HALVES[rank]), _loss_fn(mode))
-            params = {n: p.detach().clone() for n, p in learner.params.items()}
-            results[mode] = (stats, params)
+        for sync in SYNCS:
+            for mode in MODES:
+                replica = copy.deepcopy(model)
+                if sync == "fsdp2":
+                    _fully_shard(replica)
+                learner = _learner(replica, mode, 2)
+                if sync == "all-reduce":
+                    _average_gradients_after_each_backward(list(learner.params.values()))
+                stats = learner.train_step(_part(batch, HALVES[rank]), _loss_fn(mode))
+                full = {n: p.full_tensor() if sync == "fsdp2" else p for n, p in learner.params.items()}
+                results[sync, mode] = (stats, {n: p.detach().clone() for n, p in full.items()})
         torch.save(results, Path(out_dir) / f"rank{rank}.pt")
     finally:
         torch.distributed.destroy_process_group()
@@ -164,8 +186,11 @@ def test_two_data_parallel_ranks_equal_one_process(model_and_batch, tmp_path):
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
     for mode in MODES:
         whole_stats, _, whole_params = _update(model, batch, mode, len(batch))
-        for stats, params in (r[mode] for r in ranks):
-            assert _max_abs_diff(params, whole_params) <= 1e-5, mode
-            assert stats["grad_norm"] == pytest.approx(whole_stats["grad_norm"], rel=1e-5), mode  # averaged
-        # The ranks' loss shares add up to the whole mini-batch's loss.
-        assert sum(r[mode][0]["loss"] for r in ranks) == pytest.approx(whole_stats["loss"], abs=1e-5), mode
+        for sync in SYNCS:
+            for stats, params in (r[sync, mode] for r in ranks):
+                assert _max_abs_diff(params, whole_params) <= 1e-5, (sync, mode)
+                # The norm is taken after averaging, so every rank sees the global gradient's norm.
+                assert stats["grad_norm"] == pytest.approx(whole_stats["grad_norm"], rel=1e-5), (sync, mode)
+            # The ranks' loss shares add up to the whole mini-batch's loss.
+            shares = sum(r[sync, mode][0]["loss"] for r in ranks)
+            assert shares == pytest.approx(whole_stats["loss"], abs=1e-5), (sync, mode)
