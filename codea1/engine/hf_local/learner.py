@@ -4,9 +4,9 @@
 of ``micro_batch_size`` sequences; each micro-batch's loss comes from ``loss_fn`` with the loss
 normaliser of the whole batch (response tokens and sequences, counted once and summed over the
 data-parallel ranks when ``torch.distributed`` is initialised), so the accumulated gradient equals
-that of the whole batch at once however it is cut into micro-batches and ranks. The learning rate warms up linearly
-for ``warmup_steps`` optimizer steps, then follows a half cosine down to ``min_lr_ratio × lr`` at
-``total_steps``.
+that of the whole batch at once however it is cut into micro-batches and ranks. The learning rate
+warms up linearly for ``warmup_steps`` optimizer steps, then follows a half cosine down to
+``min_lr_ratio × lr`` at ``total_steps``.
 """
 
 from __future__ import annotations
