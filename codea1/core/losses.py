@@ -14,11 +14,18 @@ Each per-token term is reduced by one aggregation mode over a ragged ``mask``:
 (mean per response, mean over responses). Responses with an empty mask are left out of the
 seq-mean modes; an all-empty batch gives a loss of 0.
 
+The denominator of the mean over the batch is a :class:`LossNormalizer` counted over the whole
+mini-batch (all its micro-batches, on all data-parallel ranks) and passed in with each slice, so each
+slice's loss is its exact share of the mini-batch loss and the summed gradient does not depend on how
+the mini-batch was cut. Without one, the slice itself is the whole batch.
+
 Callers bind the hyper-parameters with ``functools.partial``. Everything is computed in float32.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -30,20 +37,66 @@ LOG_RATIO_CLAMP = 20.0
 """Bound of log-ratios before exponentiation (numerical safety, as in verl)."""
 
 
-def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: Aggregation) -> torch.Tensor:
-    """Reduce a ``[batch, len]`` per-token tensor to a scalar over the tokens where ``mask`` is set."""
+ADDITIVE_STATS = ("loss/total", "loss/pg", "loss/kl", "loss/entropy")
+"""Stats of :func:`policy_loss` that are a slice's share of the mini-batch value (sum them over
+slices); every other stat is a mean over the slice's own tokens."""
+
+
+@dataclass(frozen=True)
+class LossNormalizer:
+    """The denominators of the aggregation modes, counted over a whole mini-batch.
+
+    ``tokens``: valid response tokens (the ``token-mean`` denominator). ``sequences``: responses with
+    at least one valid token (the denominator of both seq-mean modes; ``seq-mean-token-mean`` also
+    divides each response by its own length, which a slice always holds whole). Counts from
+    several slices or ranks add with ``+``.
+    """
+
+    tokens: int
+    sequences: int
+
+    @classmethod
+    def of_lengths(cls, lengths: Iterable[int]) -> LossNormalizer:
+        """Counts for responses of these valid-token lengths."""
+        lens = list(lengths)
+        return cls(tokens=sum(lens), sequences=sum(1 for n in lens if n > 0))
+
+    @classmethod
+    def of_mask(cls, mask: torch.Tensor) -> LossNormalizer:
+        """Counts for a ``[batch, len]`` mask (the batch alone is the whole mini-batch)."""
+        per_seq = mask.bool().sum(dim=-1)
+        return cls(tokens=int(per_seq.sum()), sequences=int((per_seq > 0).sum()))
+
+    def __add__(self, other: LossNormalizer) -> LossNormalizer:
+        return LossNormalizer(self.tokens + other.tokens, self.sequences + other.sequences)
+
+    def denominator(self, mode: Aggregation) -> float:
+        """What the summed terms of ``mode`` are divided by (at least 1, so an empty batch gives 0)."""
+        if mode == "token-mean":
+            return float(max(self.tokens, 1))
+        if mode in ("seq-mean-token-sum", "seq-mean-token-mean"):
+            return float(max(self.sequences, 1))
+        raise ValueError(f"unknown aggregation {mode!r}")
+
+
+def aggregate(
+    values: torch.Tensor, mask: torch.Tensor, mode: Aggregation, normalizer: LossNormalizer | None = None
+) -> torch.Tensor:
+    """Reduce a ``[batch, len]`` per-token tensor to a scalar over the tokens where ``mask`` is set.
+
+    The numerator is this slice's sum (of tokens, of per-response sums, or of per-response means);
+    the denominator comes from ``normalizer`` (the whole mini-batch's counts), or from ``mask`` when
+    it is None. Summing the results over the slices of a mini-batch gives the mini-batch value.
+    """
+    if normalizer is None:
+        normalizer = LossNormalizer.of_mask(mask)
+    denominator = normalizer.denominator(mode)
     m = mask.to(values.dtype)
     v = values * m
-    if mode == "token-mean":
-        return v.sum() / m.sum().clamp(min=1.0)
+    if mode == "token-mean" or mode == "seq-mean-token-sum":
+        return v.sum() / denominator
     per_seq_tokens = m.sum(dim=-1)
-    present = per_seq_tokens > 0
-    n_seq = present.sum().clamp(min=1).to(values.dtype)
-    if mode == "seq-mean-token-sum":
-        return v.sum(dim=-1).sum() / n_seq
-    if mode == "seq-mean-token-mean":
-        return (v.sum(dim=-1) / per_seq_tokens.clamp(min=1.0)).sum() / n_seq
-    raise ValueError(f"unknown aggregation {mode!r}")
+    return (v.sum(dim=-1) / per_seq_tokens.clamp(min=1.0)).sum() / denominator
 
 
 def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
@@ -71,15 +124,19 @@ def policy_loss(
     aggregation: Aggregation = "token-mean",
     kl_coef: float = 0.001,
     entropy_coef: float = 0.0,
+    normalizer: LossNormalizer | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO-clip loss with dual clip, k3 KL and entropy bonus; returns ``(loss, stats)``.
 
     Shapes: ``[batch, len]`` for log-probs, ``mask`` and ``entropy``; ``advantages`` is ``[batch]``
     (one scalar per response) or ``[batch, len]``. ``ref_logprobs`` may be ``None`` only when
     ``kl_coef`` is 0. ``dual_clip <= 0`` disables the dual clip (otherwise it must exceed 1).
-    Stats (all floats): ``loss/total``, ``loss/pg``, ``loss/kl``, ``loss/entropy``,
-    ``loss/clipfrac`` (tokens where the ratio clip was active), ``loss/clipfrac_dual``,
-    ``loss/approx_kl`` (mean of old_logp − logp), ``loss/ratio_min|max|mean`` over masked tokens.
+    ``normalizer`` holds the counts of the whole mini-batch this slice belongs to (see
+    :func:`aggregate`); None treats the slice as the whole mini-batch.
+    Stats (all floats): ``loss/total``, ``loss/pg``, ``loss/kl``, ``loss/entropy`` (this slice's
+    share, see :data:`ADDITIVE_STATS`), ``loss/clipfrac`` (tokens where the ratio clip was active),
+    ``loss/clipfrac_dual``, ``loss/approx_kl`` (mean of old_logp − logp),
+    ``loss/ratio_min|max|mean`` over the slice's masked tokens.
     """
     if 0 < dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be > 1 (or <= 0 to disable), got {dual_clip}")
@@ -105,17 +162,17 @@ def policy_loss(
     else:
         dual_active = torch.zeros_like(mask_b)
         per_token = loss_ppo
-    pg = aggregate(per_token, mask_b, aggregation)
+    pg = aggregate(per_token, mask_b, aggregation, normalizer)
     total = pg
 
     kl_value = torch.zeros((), dtype=logp.dtype)
     if ref_logprobs is not None:
-        kl_value = aggregate(k3_kl(logp, ref_logprobs.float().detach()), mask_b, aggregation)
+        kl_value = aggregate(k3_kl(logp, ref_logprobs.float().detach()), mask_b, aggregation, normalizer)
         if kl_coef:
             total = total + kl_coef * kl_value
     ent_value = torch.zeros((), dtype=logp.dtype)
     if entropy is not None:
-        ent_value = aggregate(entropy.float(), mask_b, aggregation)
+        ent_value = aggregate(entropy.float(), mask_b, aggregation, normalizer)
         if entropy_coef:
             total = total - entropy_coef * ent_value
 

@@ -66,8 +66,11 @@ class TrainBatch:
 
 
 LossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
-"""``loss_fn(logprobs, old_logprobs, ref_logprobs, advantages, mask, entropy=None) -> (loss, stats)``;
-all tensors are ``[batch, response_len]`` except ``advantages`` ``[batch]``."""
+"""``loss_fn(logprobs, old_logprobs, ref_logprobs, advantages, mask, entropy=None, *, normalizer=None)
+-> (loss, stats)``; all tensors are ``[batch, response_len]`` except ``advantages`` ``[batch]``.
+``normalizer`` (a ``codea1.core.losses.LossNormalizer``) holds the counts of the whole mini-batch
+across micro-batches and data-parallel ranks; the returned loss is then this slice's share of the
+mini-batch loss (shares add up). A learner that cuts the batch must pass it."""
 
 
 class Policy(Protocol):

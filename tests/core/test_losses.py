@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from codea1.core.losses import aggregate, k3_kl, policy_loss
+from codea1.core.losses import ADDITIVE_STATS, LossNormalizer, aggregate, k3_kl, policy_loss
 
 
 def one_token(ratio: float, adv: float, **kw):
@@ -137,3 +137,60 @@ def test_bf16_inputs_are_upcast():
     assert loss.dtype == torch.float32
     loss.backward()
     assert lp.grad is not None
+
+
+MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
+
+
+def test_normalizer_counts_tokens_and_nonempty_sequences():
+    mask = torch.tensor([[1, 1, 1, 0], [0, 0, 0, 0], [1, 0, 0, 0]])
+    n = LossNormalizer.of_mask(mask)
+    assert n == LossNormalizer.of_lengths([3, 0, 1]) == LossNormalizer(tokens=4, sequences=2)
+    assert n + LossNormalizer.of_lengths([2]) == LossNormalizer(tokens=6, sequences=3)
+    assert n.denominator("token-mean") == 4.0 and n.denominator("seq-mean-token-mean") == 2.0
+    assert LossNormalizer(0, 0).denominator("seq-mean-token-sum") == 1.0  # empty batch: loss 0
+    with pytest.raises(ValueError):
+        n.denominator("bogus")  # type: ignore[arg-type]
+
+
+def _ragged_batch(seed: int = 3):
+    """Eight responses of lengths 0..6 (one empty), random log-probs, ref, entropy and advantages."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = [5, 0, 2, 6, 1, 3, 6, 4]
+    mask = torch.zeros(len(lengths), max(lengths))
+    for i, n in enumerate(lengths):
+        mask[i, :n] = 1.0
+    lp = torch.randn(mask.shape, generator=g) * 0.3 - 1.0
+    old = lp + torch.randn(mask.shape, generator=g) * 0.3  # ratios spread over both clips
+    ref = lp + torch.randn(mask.shape, generator=g) * 0.2
+    ent = torch.rand(mask.shape, generator=g) * 2.0
+    adv = torch.randn(len(lengths), generator=g)
+    return lp, old, ref, adv, mask, ent
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("cuts", [(1,) * 8, (3, 5), (2, 2, 2, 2), (1, 6, 1)])
+def test_slices_with_the_global_normalizer_add_up_to_the_whole_batch(mode, cuts):
+    lp, old, ref, adv, mask, ent = _ragged_batch()
+    kw = {"aggregation": mode, "kl_coef": 0.1, "entropy_coef": 0.01}
+    whole_lp = lp.clone().requires_grad_(True)
+    whole, whole_stats = policy_loss(whole_lp, old, ref, adv, mask, ent, **kw)
+    whole.backward()
+
+    normalizer = LossNormalizer.of_mask(mask)
+    sliced_lp = lp.clone().requires_grad_(True)
+    total, stats_sum, lo = torch.zeros(()), dict.fromkeys(ADDITIVE_STATS, 0.0), 0
+    for size in cuts:
+        s = slice(lo, lo + size)
+        loss, stats = policy_loss(
+            sliced_lp[s], old[s], ref[s], adv[s], mask[s], ent[s], normalizer=normalizer, **kw
+        )
+        total = total + loss
+        for k in ADDITIVE_STATS:
+            stats_sum[k] += stats[k]
+        lo += size
+    total.backward()
+    assert total.item() == pytest.approx(whole.item(), abs=1e-6)
+    assert torch.allclose(sliced_lp.grad, whole_lp.grad, atol=1e-7, rtol=0)
+    for k in ADDITIVE_STATS:
+        assert stats_sum[k] == pytest.approx(whole_stats[k], abs=1e-6)

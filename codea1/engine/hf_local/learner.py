@@ -1,12 +1,12 @@
 """The update side of the engine: log-probs, micro-batched train steps, AdamW, schedule, save/load.
 
-``train_step`` is one optimizer step over the given batch. The batch is cut into micro-batches of
-``micro_batch_size`` sequences; each micro-batch's loss comes from ``loss_fn`` (reduced over that
-micro-batch) and is scaled by the micro-batch's share of the batch before ``backward`` — its share
-of response tokens for ``token-mean`` aggregation, its share of sequences otherwise — so the
-accumulated gradient equals that of the whole batch at once. The learning rate warms up linearly
-for ``warmup_steps`` optimizer steps, then follows a half cosine down to ``min_lr_ratio × lr`` at
-``total_steps``.
+``train_step`` is one optimizer step over the given (mini-)batch. The batch is cut into micro-batches
+of ``micro_batch_size`` sequences; each micro-batch's loss comes from ``loss_fn`` with the loss
+normaliser of the whole batch (response tokens and sequences, counted once and summed over the
+data-parallel ranks when ``torch.distributed`` is initialised), so the accumulated gradient equals
+that of the whole batch at once however it is cut into micro-batches and ranks. The learning rate
+warms up linearly for ``warmup_steps`` optimizer steps, then follows a half cosine down to
+``min_lr_ratio × lr`` at ``total_steps``.
 """
 
 from __future__ import annotations
@@ -21,11 +21,29 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from codea1.config import OptimConfig
+from codea1.core.losses import ADDITIVE_STATS, LossNormalizer
 from codea1.engine.base import LossFn, TrainBatch
 from codea1.engine.hf_local.logprobs import padded_values, response_logprobs
 
 WEIGHTS_FILE = "weights.safetensors"
 STATE_FILE = "optimizer.pt"
+
+
+def global_normalizer(local: LossNormalizer, device: torch.device) -> tuple[LossNormalizer, int]:
+    """The mini-batch's loss normaliser over all data-parallel ranks, and the number of ranks.
+
+    When ``torch.distributed`` is initialised, its default group is taken as the learner's
+    data-parallel group: the local counts are summed over it (one all-reduce). Otherwise the local
+    counts are the whole mini-batch's and there is one rank.
+    """
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return local, 1
+    ranks = torch.distributed.get_world_size()
+    if ranks == 1:
+        return local, 1
+    counts = torch.tensor([local.tokens, local.sequences], dtype=torch.int64, device=device)
+    torch.distributed.all_reduce(counts)
+    return LossNormalizer(tokens=int(counts[0]), sequences=int(counts[1])), ranks
 
 
 def lr_factor(step: int, warmup_steps: int, total_steps: int, min_lr_ratio: float) -> float:
@@ -106,15 +124,18 @@ class HFLearner:
         """One optimizer step over ``batch``; returns loss, grad_norm, lr, tokens, seconds and loss_fn stats.
 
         Missing ``old_logprobs`` are computed first from the current weights (on-policy ratio 1).
+        The loss normaliser is counted once over the whole batch (summed over the data-parallel
+        ranks, see :func:`global_normalizer`) and passed to every micro-batch's ``loss_fn``.
         A non-finite gradient norm skips the optimizer step (``skipped`` = 1).
         """
         start = time.perf_counter()
-        total_tokens = sum(len(c) for c in batch.completion_ids)
-        if len(batch) == 0 or total_tokens == 0:
-            raise ValueError("train_step needs at least one completion token")
-        old = batch.old_logprobs if batch.old_logprobs is not None else self.logprobs(batch)
         model = self.weights.train_model()
         device = next(model.parameters()).device
+        local = LossNormalizer.of_lengths(len(c) for c in batch.completion_ids)
+        normalizer, ranks = global_normalizer(local, device)
+        if len(batch) == 0 or normalizer.tokens == 0:
+            raise ValueError("train_step needs at least one completion token")
+        old = batch.old_logprobs if batch.old_logprobs is not None else self.logprobs(batch)
         lr = self.scheduler.get_last_lr()[0]
         self.optimizer.zero_grad(set_to_none=True)
         model.train()
@@ -134,16 +155,21 @@ class HFLearner:
                     torch.tensor(batch.advantages[sl], dtype=torch.float32, device=device),
                     mask,
                     ent if self.entropy else None,
+                    normalizer=normalizer,
                 )
+                # Each rank's gradient is scaled by the rank count so that the data-parallel
+                # gradient averaging (DDP, FSDP2) yields the sum over ranks. A micro-batch of
+                # empty responses has no graph and adds nothing.
+                if loss.requires_grad:
+                    (loss * ranks).backward()
+                loss_sum += float(loss.detach())
                 share = (
-                    sum(len(c) for c in comps) / total_tokens
+                    sum(len(c) for c in comps) / max(local.tokens, 1)
                     if self.weighting == "tokens"
                     else len(comps) / len(batch)
                 )
-                (loss * share).backward()
-                loss_sum += float(loss.detach()) * share
                 for k, v in stats.items():
-                    sums[k] = sums.get(k, 0.0) + float(v) * share
+                    sums[k] = sums.get(k, 0.0) + float(v) * (1.0 if k in ADDITIVE_STATS else share)
         finally:
             model.eval()
         clip = self.optim_cfg.grad_clip if self.optim_cfg.grad_clip > 0 else float("inf")
@@ -155,7 +181,7 @@ class HFLearner:
             self.optimizer.step()
         self.scheduler.step()
         result = {**sums, "loss": loss_sum, "grad_norm": grad_norm, "lr": lr}
-        result.update(tokens=float(total_tokens), seconds=time.perf_counter() - start, skipped=float(skipped))
+        result.update(tokens=float(local.tokens), seconds=time.perf_counter() - start, skipped=float(skipped))
         self.last_stats = result
         return result
 
