@@ -9,6 +9,7 @@ candidate code never runs where the harness compares, asserts or reports.
 from __future__ import annotations
 
 from codea1.config import SandboxConfig
+from codea1.sandbox.call_plan import planned_requests
 from codea1.sandbox.tasks import ProgramOutcome, ProgramTask
 from codea1.types import CheckJob, Verdict
 
@@ -24,6 +25,7 @@ def check_task(job: CheckJob, cfg: SandboxConfig) -> ProgramTask:
     try:
         return ProgramTask.make(
             job.code, job.entry_point, ("check",), cfg, harness=job.harness,
+            planned=planned_requests(job.harness),
             load_cpu_s=cfg.load_cpu_s + HARNESS_LOAD_CPU_S, test_cpu_s=job.cpu_s,
             max_output_bytes=CHECK_VALUE_BYTES,
         )  # fmt: skip

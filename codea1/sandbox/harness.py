@@ -122,11 +122,28 @@ class CandidateProxy:
     (a sleeping candidate uses no CPU, so its CPU budget alone would not end it).
     """
 
-    def __init__(self, max_bytes: int, wall_s: float) -> None:
+    PIPELINE_BYTES = 32 << 10
+    """Request bytes that may wait in the request pipe (under its 64 KiB, so writes never block)."""
+
+    def __init__(self, max_bytes: int, wall_s: float, planned: tuple[bytes, ...] = ()) -> None:
         self.max_bytes = max_bytes
         self.answers = FrameReader(CALL_RESPONSE_FD, max_bytes + 1024)
         self.wall_left = wall_s
         self.failure: tuple[str, str] | None = None
+        self.planned = planned
+        """Requests known in advance (:mod:`codea1.sandbox.call_plan`), sent ahead of the calls."""
+        self.sent = self.made = 0
+        self.in_flight: list[int] = []
+
+    def _send_ahead(self) -> None:
+        """Send planned requests while the pipe has room; the first one always goes."""
+        while self.sent < len(self.planned):
+            size = len(self.planned[self.sent]) + 4
+            if self.in_flight and sum(self.in_flight) + size > self.PIPELINE_BYTES:
+                return
+            write_all(CALL_REQUEST_FD, frame(self.planned[self.sent]))
+            self.in_flight.append(size)
+            self.sent += 1
 
     def _fail(self, status: str, reason: str) -> None:
         if self.failure is None:
@@ -141,7 +158,16 @@ class CandidateProxy:
         payload = encode(request, 1 << 26)
         start = time.monotonic()
         try:
-            write_all(CALL_REQUEST_FD, frame(payload))
+            if self.made < len(self.planned) and self.planned[self.made] == payload:
+                self._send_ahead()
+                self.in_flight.pop(0)
+            elif self.sent > self.made:  # answers to requests this call is not: the plan was wrong
+                self._fail("error", "harness calls differ from its planned inputs")
+                raise CandidateGone("harness calls differ from its planned inputs")
+            else:
+                self.planned = ()
+                write_all(CALL_REQUEST_FD, frame(payload))
+            self.made += 1
             if not self.answers.ready():
                 ready, _, _ = select.select([CALL_RESPONSE_FD], [], [], max(self.wall_left, 0.0))
                 if not ready:
@@ -199,7 +225,8 @@ def harness_main(task: dict[str, Any], report_fd: int, call_fds: tuple[int, int]
         _report(out, "error", f"sandbox setup failed: {type(e).__name__}: {e}")
         os._exit(0)
     sys.stdout = sys.stderr = CappedSink()
-    proxy = CandidateProxy(task["max_output_bytes"], task["wall_factor"] * task["test_cpu_s"] + 0.5)
+    wall = task["wall_factor"] * task["test_cpu_s"] + 0.5
+    proxy = CandidateProxy(task["max_output_bytes"], wall, tuple(task.get("planned") or ()))
     ns: dict[str, Any] = {"__name__": "__harness__", "__builtins__": builtins, task["entry_point"]: proxy}
     signal.setitimer(signal.ITIMER_PROF, budget)
     status, reason = _run_harness(task["harness"], ns, proxy)

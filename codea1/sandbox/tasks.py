@@ -71,6 +71,8 @@ class ProgramTask:
     entry_point: str
     exprs: tuple[str, ...]
     harness: str | None = None
+    planned: tuple[bytes, ...] = ()
+    """For a check: the encoded call requests known in advance (:mod:`codea1.sandbox.call_plan`)."""
     load_cpu_s: float = 2.0
     test_cpu_s: float = 1.0
     wall_factor: float = 3.0
@@ -100,7 +102,8 @@ class ProgramTask:
         """The plain dict sent to the worker."""
         return {
             "source": self.source, "entry_point": self.entry_point, "exprs": list(self.exprs),
-            "harness": self.harness, "load_cpu_s": self.load_cpu_s, "test_cpu_s": self.test_cpu_s,
+            "harness": self.harness, "planned": list(self.planned), "load_cpu_s": self.load_cpu_s,
+            "test_cpu_s": self.test_cpu_s,
             "wall_factor": self.wall_factor, "memory_mb": self.memory_mb,
             "max_output_bytes": self.max_output_bytes,
         }  # fmt: skip

@@ -31,6 +31,7 @@ from typing import Any
 from codea1.sandbox import isolation, landlock, seccomp
 from codea1.sandbox.harness import harness_main
 from codea1.sandbox.program import program_main, warm_up
+from codea1.sandbox.value_codec import CodecError, decode
 
 _HEADER = struct.Struct("<I")
 _PRELOAD = (
@@ -271,7 +272,10 @@ def _run_check(task: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
     for fd in (req_r, resp_w, pw):
         os.close(fd)
     program, verdict = _Stream(pid, pr, cap), _Stream(harness, hr, 65536)
-    timed_out = _collect([program, verdict], deadline, min(deadline, start + load_wall + 0.5))
+    # once H has its verdict the program is needed only to explain a call server that went away;
+    # otherwise it is stopped (a pipelined call server may still be computing answers never read)
+    decided = lambda: verdict.done and not _reports_gone(bytes(verdict.buf))  # noqa: E731
+    timed_out = _collect([program, verdict], deadline, min(deadline, start + load_wall + 0.5), decided)
     return {**program.result("p_"), **verdict.result("h_"), "data": program.data(),
             "harness": verdict.data(), "deadline": timed_out, "overflow": program.overflow,
             "killed": program.killed}  # fmt: skip
@@ -329,13 +333,23 @@ class _Stream:
         return {f"{prefix}status": self.status, f"{prefix}cpu": self.cpu, f"{prefix}killed": self.killed}
 
 
-def _collect(streams: list[_Stream], deadline: float, first_deadline: float) -> bool:
-    """Read every stream until each process is done or ``deadline`` passes (True: it passed).
+def _reports_gone(data: bytes) -> bool:
+    """True unless ``data`` is a harness report whose status is not ``gone``."""
+    try:
+        rec = decode(data[4:])
+    except (CodecError, RecursionError):
+        return True
+    return not (type(rec) is tuple and len(rec) == 3 and rec[1] != "gone")
+
+
+def _collect(streams: list[_Stream], deadline: float, first_deadline: float, decided: Any = None) -> bool:
+    """Read every stream until each process is done (or ``decided()`` says the rest is not needed)
+    or ``deadline`` passes (True: it passed).
 
     Until the first stream's first bytes arrive, ``first_deadline`` applies instead.
     """
     timed_out = False
-    while not all(s.done for s in streams):
+    while not all(s.done for s in streams) and not (decided is not None and decided()):
         limit = first_deadline if not streams[0].buf else deadline
         remaining = limit - time.monotonic()
         if remaining <= 0:
@@ -346,8 +360,9 @@ def _collect(streams: list[_Stream], deadline: float, first_deadline: float) -> 
         readable, _, _ = select.select(fds, [], [], remaining)
         for s in live:
             s.poll(readable)
+    early = decided is not None and decided()
     for s in streams:
-        s.finish(0.5 if not (timed_out or s.overflow) else 0)
+        s.finish(0.5 if not (timed_out or s.overflow or early) else 0)
     return timed_out
 
 
