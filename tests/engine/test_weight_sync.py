@@ -131,3 +131,34 @@ def test_request_seeds_depend_on_seed_prompt_and_sample_only():
     seeds = {request_seed(s, i, j) for s in (0, 1) for i in range(3) for j in range(3)}
     assert len(seeds) == 18 and all(0 <= x < 2**63 for x in seeds)
     assert request_seed(5, 2, 1) == request_seed(5, 2, 1)
+
+
+def test_the_vllm_kv_cache_is_sized_from_the_config_not_from_ram():
+    from types import SimpleNamespace
+
+    from codea1.config import load_config
+    from codea1.engine.vllm_local import kv_cache_bytes
+
+    smol = SimpleNamespace(
+        num_attention_heads=9, num_key_value_heads=3, hidden_size=576, num_hidden_layers=30
+    )
+    cfg = load_config("tiny-cpu", ["tester.sampling.batch_size=16", "tester.sampling.max_prompt_tokens=1536"])
+    per_token = 2 * 30 * 3 * 64 * 4  # K and V, layers, kv heads, head dim, fp32 bytes
+    assert kv_cache_bytes(cfg, smol, torch.float32) == pytest.approx(
+        16 * (1536 + 160) * per_token * 1.1, rel=1e-6
+    )
+    assert kv_cache_bytes(cfg, smol, torch.bfloat16) < kv_cache_bytes(cfg, smol, torch.float32)
+    fixed = load_config("tiny-cpu", ["engine.vllm_kv_cache_gib=0.5"])
+    assert kv_cache_bytes(fixed, smol, torch.float32) == 1 << 29
+
+
+def test_rollout_engine_resolution():
+    from codea1.config import EngineConfig
+    from codea1.engine.build import rollout_engine
+    from codea1.engine.vllm_local.available import vllm_import_error
+
+    assert rollout_engine(EngineConfig(kind="scripted", rollout="vllm")) == ("scripted", "")
+    assert rollout_engine(EngineConfig(rollout="transformers")) == ("transformers", "")
+    assert rollout_engine(EngineConfig(rollout="vllm")) == ("vllm", "")
+    name, why = rollout_engine(EngineConfig(rollout="auto"))
+    assert (name, bool(why)) == (("transformers", True) if vllm_import_error() else ("vllm", False))
