@@ -202,7 +202,8 @@ def step_metrics(
 
 def rollout_metrics(role: str, policy: Policy, groups: Sequence[Sequence[Any]]) -> dict[str, float]:
     """Rollout throughput of one role: ``rollout/<role>/tokens_per_s`` (the policy's last
-    ``generate``) and the engine that sampled, as ``rollout/engine/<name>`` = 1."""
+    ``generate``, so call it right after the role's rollout) and the engine that sampled, as
+    ``rollout/engine/<name>`` = 1."""
     stats = getattr(policy, "last_stats", {}) or {}
     out = {f"rollout/engine/{getattr(policy, 'name', type(policy).__name__)}": 1.0}
     if groups and "tokens_per_s" in stats:
@@ -257,6 +258,7 @@ class Trainer:
                 problems, m.coder_policy, cfg.coder.sampling.max_prompt_tokens
             )
             c_groups = ro.sample(m.coder_policy, c_prompts, sampling_params(cfg.coder.sampling, seed))
+            rollout_stats = rollout_metrics("coder", m.coder_policy, c_groups)
         self._checkpoint_interrupt()
 
         with t.phase("code_extraction"):
@@ -276,6 +278,7 @@ class Trainer:
                 t_groups = ro.sample(
                     m.tester_policy, t_prompts, sampling_params(cfg.tester.sampling, seed + 1)
                 )
+                rollout_stats |= rollout_metrics("tester", m.tester_policy, t_groups)
             self._checkpoint_interrupt()
         rollout = ro.assemble(problems, c_prompts, codes, t_prompts, t_groups, skipped)
 
@@ -325,9 +328,7 @@ class Trainer:
                 metrics |= role_metrics("tester", tester_batch, tester_adv)
                 metrics["tester/groups_selected"] = float(sum(len(s) for s in selected))
             metrics |= update_stats
-            metrics |= rollout_metrics("coder", m.coder_policy, c_groups)
-            if has_tester:
-                metrics |= rollout_metrics("tester", m.tester_policy, t_groups)
+            metrics |= rollout_stats
             records = ro.sample_records(rollout, coder_batch, "coder", cfg.tracking.samples_per_step)
             records += ro.sample_records(rollout, tester_batch, "tester", cfg.tracking.samples_per_step)
             t.save_samples(step, records)
