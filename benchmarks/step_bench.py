@@ -57,7 +57,7 @@ def rollout_throughput(preset: str, n_prompts: int, n: int, max_new_tokens: int)
     from codea1.config import load_config
     from codea1.data.problems import load_problems
     from codea1.data.prompts import coder_messages
-    from codea1.engine.base import SamplingParams
+    from codea1.engine.base import SamplingParams, push_weights
     from codea1.engine.hf_local import build_roles
 
     cfg = load_config(preset, ["engine.mode=adapters"])
@@ -70,7 +70,7 @@ def rollout_throughput(preset: str, n_prompts: int, n: int, max_new_tokens: int)
             batch_size=n_prompts * n, rollout=rollout,
         )  # fmt: skip
         prompts = [roles.coder_policy.render(coder_messages(p)) for p in problems]
-        roles.coder_learner.push_weights()
+        push_weights(roles.coder_learner, roles.coder_policy)
         start = time.perf_counter()
         out = roles.coder_policy.generate(prompts, params)
         sec = time.perf_counter() - start

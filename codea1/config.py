@@ -196,6 +196,10 @@ class EngineConfig:
 
     kind: Literal["transformers", "scripted"] = "transformers"
     """Engine implementation (``scripted`` is a deterministic fake for tests)."""
+    rollout: Literal["auto", "transformers", "vllm"] = "auto"
+    """What samples rollouts: vLLM or transformers ``generate`` (auto: vLLM when it imports)."""
+    vllm_kv_cache_gib: float = 0.0
+    """vLLM's KV cache in GiB (0 = enough for the largest sampling batch at full length)."""
     mode: Literal["separate", "adapters"] = "separate"
     """separate: two full models (the paper); adapters: one frozen base + two LoRA adapters."""
     coder_model: str = "smollm2-135m"
@@ -203,7 +207,7 @@ class EngineConfig:
     tester_model: str = ""
     """Model of the tester (empty = same as the coder)."""
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
-    """Weights dtype (auto: bf16 on CUDA, fp32 on CPU)."""
+    """Weights dtype (auto: bf16 on CUDA and on CPUs with native bf16 (AVX512-BF16 or AMX), else fp32)."""
     device: str = "auto"
     """auto, cpu, cuda or cuda:N."""
     gradient_checkpointing: bool = False
@@ -354,6 +358,8 @@ def check_invariants(cfg: RunConfig) -> None:
         errors.append("data.problems_per_step, train.steps and train.save_every must be >= 1")
     if cfg.train.keep_last < 1:
         errors.append("train.keep_last must be >= 1")
+    if cfg.engine.vllm_kv_cache_gib < 0:
+        errors.append(f"engine.vllm_kv_cache_gib must be >= 0, got {cfg.engine.vllm_kv_cache_gib}")
     if cfg.train.method == "selfplay" and cfg.tester.view != "blackbox":
         errors.append(
             "train.method=selfplay needs tester.view=blackbox (the baseline writes black-box tests)"

@@ -36,7 +36,7 @@ from codea1.checkpoint import (
 )
 from codea1.config import RunConfig, SamplingConfig
 from codea1.core.advantages import AdvantageStats
-from codea1.engine.base import Learner, Policy, SamplingParams, TrainBatch
+from codea1.engine.base import Learner, Policy, SamplingParams, TrainBatch, push_weights
 from codea1.replay.mistake_book import MistakeBook, StepReport
 from codea1.run_lock import RunDirLock
 from codea1.scoring import (
@@ -213,6 +213,17 @@ def step_metrics(
     return m
 
 
+def rollout_metrics(role: str, policy: Policy, groups: Sequence[Sequence[Any]]) -> dict[str, float]:
+    """Rollout throughput of one role: ``rollout/<role>/tokens_per_s`` (the policy's last
+    ``generate``, so call it right after the role's rollout) and the engine that sampled, as
+    ``rollout/engine/<name>`` = 1."""
+    stats = getattr(policy, "last_stats", {}) or {}
+    out = {f"rollout/engine/{getattr(policy, 'name', type(policy).__name__)}": 1.0}
+    if groups and "tokens_per_s" in stats:
+        out[f"rollout/{role}/tokens_per_s"] = float(stats["tokens_per_s"])
+    return out
+
+
 def role_metrics(role: str, batch: ro.RoleBatch, stats: AdvantageStats) -> dict[str, float]:
     """What the role trains on: sample count, groups, zero-variance groups, advantage spread."""
     return {
@@ -275,6 +286,7 @@ class Trainer:
                 problems, m.coder_policy, cfg.coder.sampling.max_prompt_tokens
             )
             coder_groups = ro.sample(m.coder_policy, coder_prompts, sampling_params(cfg.coder.sampling, seed))
+            rollout_stats = rollout_metrics("coder", m.coder_policy, coder_groups)
         self._checkpoint_interrupt()
 
         with tracker.phase("code_extraction"):
@@ -294,6 +306,7 @@ class Trainer:
                 tester_groups = ro.sample(
                     m.tester_policy, tester_prompts, sampling_params(cfg.tester.sampling, seed + 1)
                 )
+                rollout_stats |= rollout_metrics("tester", m.tester_policy, tester_groups)
             self._checkpoint_interrupt()
         rollout = ro.assemble(problems, coder_prompts, codes, tester_prompts, tester_groups, skipped)
 
@@ -333,9 +346,7 @@ class Trainer:
                 update_stats |= self._update("tester", m.tester_learner, tester_batch)
 
         with tracker.phase("push_weights"):
-            m.coder_learner.push_weights()
-            if not self.shared:
-                m.tester_learner.push_weights()
+            self._push_weights()
 
         with tracker.phase("metrics"):
             has_tester = self.method != "golden"
@@ -346,11 +357,20 @@ class Trainer:
                 metrics |= role_metrics("tester", tester_batch, tester_adv)
                 metrics["tester/groups_selected"] = float(sum(len(s) for s in selected))
             metrics |= update_stats
+            metrics |= rollout_stats
             records = ro.sample_records(rollout, coder_batch, "coder", cfg.tracking.samples_per_step)
             records += ro.sample_records(rollout, tester_batch, "tester", cfg.tracking.samples_per_step)
             tracker.save_samples(step, records)
         metrics["time/step"] = time.perf_counter() - step_start
         return metrics
+
+    def _push_weights(self) -> None:
+        """The trainer moves each trained role's weights to the policy that samples it (once when
+        one model plays both roles)."""
+        m = self.models
+        push_weights(m.coder_learner, m.coder_policy)
+        if not self.shared:
+            push_weights(m.tester_learner, m.tester_policy)
 
     def _update(self, role: str, learner: Learner, batch: ro.RoleBatch) -> dict[str, float]:
         """Old (and reference) log-probs, then ``ppo_epochs × mini_batches`` optimizer steps
@@ -423,8 +443,7 @@ class Trainer:
             return 0
         for note in found.notes:
             self.notice(note)
-        for learner in self._learners().values():
-            learner.push_weights()
+        self._push_weights()
         if not restore_book(found.path, book_path):
             MistakeBook.remove_files(book_path)
         self.sampler.load_state(found.state.sampler)

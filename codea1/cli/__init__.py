@@ -17,7 +17,7 @@ from codea1 import __version__
 from codea1.config import ConfigError
 from codea1.data.problems import DataError, DataWarning
 
-SUBCOMMANDS = ("data", "sandbox", "score", "mistakes", "train", "eval", "export", "report")
+SUBCOMMANDS = ("data", "sandbox", "score", "mistakes", "train", "eval", "export", "report", "doctor")
 """Verbs, in the order ``--help`` lists them; each is the module ``codea1.cli.<verb>``."""
 
 

@@ -1,30 +1,24 @@
-"""``codea1 train``: build the configuration, pick the engine, open the sandbox, run the trainer.
+"""``codea1 train``: build the configuration, build the engine (``codea1.engine.build``), open the
+sandbox, run the trainer.
 
-This is the one place that chooses a concrete engine: ``transformers`` (``engine.hf_local``) or
-``scripted`` (``engine.scripted`` driven by the built-in script below: the coder answers with the
-reference, a broken variant or prose; the tester with some of the problem's golden asserts, sometimes
-one with a wrong expected value), which makes a CPU dry run of the whole loop take seconds.
+``--engine scripted`` runs the whole loop on the scripted fake engine (``engine.scripted_roles``),
+a CPU dry run of seconds.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
-import random
 import re
 import sys
 import time
-from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from codea1.cli import CliError
 from codea1.config import RunConfig, load_config
 from codea1.run_lock import LOCK_FILE, RunDirBusy, RunDirLock
-from codea1.types import Problem
 
 RESUME_CONFIG = "config.yaml"
 
@@ -125,51 +119,6 @@ def create_run_dir(run_dir: Path, cfg: RunConfig) -> None:
     dump_config(cfg, run_dir / RESUME_CONFIG)
 
 
-Responder = Callable[[str, int, int | None], str]
-"""``respond(prompt_text, sample_index, seed) -> completion text`` (the scripted engine's script)."""
-
-
-def _problem_of(prompt: str, problems: Sequence[Problem]) -> Problem | None:
-    """The problem whose question appears in a rendered prompt (the longest match wins)."""
-    found = [p for p in problems if p.question.strip() and p.question.strip() in prompt]
-    return max(found, key=lambda p: len(p.question)) if found else None
-
-
-def _rng(kind: str, prompt: str, sample: int, seed: int | None) -> random.Random:
-    return random.Random(f"{kind}|{seed}|{sample}|{prompt}")
-
-
-def scripted_script(problems: Sequence[Problem]) -> tuple[Responder, Responder]:
-    """The built-in script of ``--engine scripted``: deterministic given (prompt, sample, seed).
-
-    Coder: the reference solution (half the time), a variant whose entry point returns None, or prose
-    without code. Tester: three to six of the problem's golden asserts, sometimes one with a wrong
-    expected value (so validity and failures vary within a group).
-    """
-
-    def coder(prompt: str, sample: int, seed: int | None) -> str:
-        p, r = _problem_of(prompt, problems), _rng("coder", prompt, sample, seed).random()
-        if p is None or r >= 0.85:
-            return "I am not sure how to solve this one."
-        code = p.reference.rstrip()
-        if r >= 0.5:
-            code += f"\n\n\ndef {p.entry_point}(*args, **kwargs):\n    return None"
-        return f"Here is my solution.\n```python\n{code}\n```"
-
-    def tester(prompt: str, sample: int, seed: int | None) -> str:
-        p, rng = _problem_of(prompt, problems), _rng("tester", prompt, sample, seed)
-        asserts = [line.strip() for t in (p.golden_tests if p else ()) for line in t.splitlines()]
-        asserts = [a for a in asserts if a.startswith("assert ") and "==" in a]
-        if not asserts:
-            return "assert True"
-        chosen = rng.sample(asserts, min(len(asserts), rng.randint(3, 6)))
-        if rng.random() < 0.4:
-            chosen[-1] = re.sub(r"==.*$", "== None", chosen[-1])
-        return "```python\n" + "\n".join(chosen) + "\n```"
-
-    return coder, tester
-
-
 def byte_lengths(cfg: RunConfig) -> None:
     """The scripted engine's tokens are bytes: widen the length limits so that its canned answers
     (whole solutions, several asserts) are neither cut nor skipped by limits sized for real tokens."""
@@ -192,61 +141,14 @@ def expand_model_paths(cfg: RunConfig) -> None:
         setattr(cfg.engine, name, expanded)
 
 
-@dataclass
-class ScriptedRoles:
-    """The two roles on the scripted engine (one learner for both when shared)."""
-
-    coder_policy: Any
-    coder_learner: Any
-    tester_policy: Any
-    tester_learner: Any
-
-
-def scripted_roles(problems: Sequence[Problem], *, seed: int = 0, shared: bool = False) -> ScriptedRoles:
-    """``--engine scripted``: :class:`~codea1.engine.scripted.ScriptedPolicy` per role driven by
-    :func:`scripted_script`, and :class:`~codea1.engine.scripted.ScriptedLearner` (one when shared)."""
-    from codea1.engine.scripted import ScriptedLearner, ScriptedPolicy
-
-    coder, tester = scripted_script(problems)
-    coder_learner = ScriptedLearner(seed=seed)
-    return ScriptedRoles(
-        ScriptedPolicy(lambda prompt, j: coder(prompt, j, seed)),
-        coder_learner,
-        ScriptedPolicy(lambda prompt, j: tester(prompt, j, seed)),
-        coder_learner if shared else ScriptedLearner(seed=seed + 1),
-    )
-
-
-def optimizer_steps(cfg: RunConfig) -> int:
-    """Optimizer steps of the coder's learner over the run (its lr schedule's length): the trainer
-    calls ``train_step`` ``mini_batches × ppo_epochs`` times per training step."""
-    return cfg.train.steps * cfg.coder.optim.mini_batches * cfg.coder.optim.ppo_epochs
-
-
-def per_update(optim: Any) -> Any:
-    """``optim`` with its warm-up counted in optimizer steps: the config counts training steps (the
-    paper's scheduler steps once per training step), the learner counts ``train_step`` calls."""
-    return dataclasses.replace(optim, warmup_steps=optim.warmup_steps * optim.mini_batches * optim.ppo_epochs)
-
-
-def build_models(cfg: RunConfig, problems: list[Any]) -> Any:
-    """The engine's roles: a shared model for self-play and for golden (whose tester is unused)."""
-    shared = cfg.train.method in ("selfplay", "golden")
-    if cfg.engine.kind == "scripted":
-        return scripted_roles(problems, seed=cfg.train.seed, shared=shared)
-    from codea1.engine.hf_local import build_roles
-    from codea1.engine.loading import ModelLoadError
+def build_models(cfg: RunConfig, problems: list[Any], rollout: str | None = None) -> Any:
+    """The engine's roles (:func:`codea1.engine.build.build`); a build failure is a one-line error."""
+    from codea1.engine.build import EngineBuildError, build
 
     try:
-        return build_roles(
-            cfg.engine, per_update(cfg.coder.optim), per_update(cfg.tester.optim), optimizer_steps(cfg),
-            temperature_coder=cfg.coder.sampling.temperature,
-            temperature_tester=cfg.tester.sampling.temperature, shared=shared,
-            keep_reference=cfg.loss.kl_coef > 0, aggregation=cfg.loss.aggregation,
-            entropy=cfg.loss.entropy_coef > 0, batch_size=cfg.coder.sampling.batch_size,
-        )  # fmt: skip
-    except ModelLoadError as e:
-        raise CliError(f"cannot load the model: {e}") from None
+        return build(cfg, problems, rollout=rollout)
+    except EngineBuildError as e:
+        raise CliError(f"cannot build the engine: {e}") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -291,6 +193,7 @@ def run(args: argparse.Namespace) -> int:
 def _train(cfg: RunConfig, run_dir: Path, resume: bool, held: ExitStack) -> Any:
     """Load data, models and the sandbox, then (new runs) create the run directory, and train."""
     from codea1.data.problems import DataError, load_problems
+    from codea1.engine.build import rollout_engine
     from codea1.sandbox.pool import Sandbox, SandboxUnavailable
     from codea1.trainer import Trainer, TrainingOutOfMemory
 
@@ -299,9 +202,12 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, held: ExitStack) -> Any:
     models_line = cfg.engine.coder_model + (
         f" / {cfg.engine.tester_model}" if cfg.engine.tester_model else ""
     )
+    sampler, why_not_vllm = rollout_engine(cfg.engine)
+    if why_not_vllm:
+        print(f"codea1 train: rollouts through transformers ({why_not_vllm}; see codea1 doctor)", flush=True)
     print(f"codea1 train | preset {cfg.preset} | method {cfg.train.method} | engine {cfg.engine.kind} "
-          f"({cfg.engine.mode}) | models {models_line} | steps {cfg.train.steps} | run dir {run_dir}"
-          + (" | resuming" if resume else ""), flush=True)  # fmt: skip
+          f"({cfg.engine.mode}, rollouts {sampler}) | models {models_line} | steps {cfg.train.steps} "
+          f"| run dir {run_dir}" + (" | resuming" if resume else ""), flush=True)  # fmt: skip
     try:
         problems = load_problems(cfg.data.train, limit=cfg.data.limit)
     except DataError as e:
@@ -315,7 +221,7 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, held: ExitStack) -> Any:
         )
     if not resume and cfg.engine.kind == "scripted":
         byte_lengths(cfg)
-    models = build_models(cfg, problems)
+    models = build_models(cfg, problems, rollout=sampler)
     try:
         sandbox = held.enter_context(Sandbox(cfg.sandbox))
     except SandboxUnavailable as e:

@@ -2,12 +2,16 @@
 
 A ``Policy`` samples completions; a ``Learner`` computes log-probs and applies updates with a loss
 function supplied by the caller (from ``codea1.core.losses``), so every engine trains the same
-objective. Concrete engines (``hf_local``, ``scripted``) are leaves imported only by the CLI.
+objective. Weights move from a learner to a policy only through the trainer:
+``learner.named_weights()`` → ``policy.load_weights(...)`` (full weights) or
+``policy.load_adapter(learner.adapter, ...)`` (one role's LoRA tensors), see :func:`push_weights`.
+Concrete engines (``hf_local``, ``vllm_local``, ``scripted``) are leaves built by ``engine.build``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -65,6 +69,13 @@ class TrainBatch:
         return len(self.completion_ids)
 
 
+def request_seed(seed: int, prompt_index: int, sample_index: int) -> int:
+    """The seed of one sample: a hash of the call's seed (the trainer's is run seed, step and role),
+    the prompt's index and the sample's index, so a sample does not depend on how calls are batched."""
+    digest = hashlib.blake2b(f"{seed}:{prompt_index}:{sample_index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1  # non-negative, below 2**63
+
+
 LossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 """``loss_fn(logprobs, old_logprobs, ref_logprobs, advantages, mask, entropy=None, *, normalizer=None)
 -> (loss, stats)``; all tensors are ``[batch, response_len]`` except ``advantages`` ``[batch]``.
@@ -88,6 +99,15 @@ class Policy(Protocol):
         """Number of tokens of ``text`` under this policy's tokenizer."""
         ...
 
+    def load_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
+        """Sample from these full-model weights from now on (Hugging Face names; a subset updates
+        only the tensors named). Tensors that already are the policy's own are not copied."""
+        ...
+
+    def load_adapter(self, role: str, weights: Mapping[str, torch.Tensor]) -> None:
+        """Sample ``role`` from the base plus these LoRA tensors (peft names) from now on."""
+        ...
+
 
 class Learner(Protocol):
     """Scores and updates one role's trainable weights."""
@@ -100,8 +120,12 @@ class Learner(Protocol):
         """One optimisation step over ``batch`` (micro-batched, gradients accumulated)."""
         ...
 
-    def push_weights(self) -> None:
-        """Make the rollout policy sample from the current weights."""
+    adapter: str | None
+    """The LoRA adapter this learner trains, or None when it trains full weights."""
+
+    def named_weights(self) -> dict[str, torch.Tensor]:
+        """The trainable tensors by name, detached and not copied (full weights under Hugging Face
+        names, or the adapter's LoRA tensors under peft names)."""
         ...
 
     def save(self, path: Path) -> None:
@@ -111,3 +135,13 @@ class Learner(Protocol):
     def load(self, path: Path) -> None:
         """Restore what :meth:`save` wrote."""
         ...
+
+
+def push_weights(learner: Learner, policy: Policy) -> None:
+    """Make ``policy`` sample from ``learner``'s current weights: full weights through
+    :meth:`Policy.load_weights`, an adapter's tensors through :meth:`Policy.load_adapter`."""
+    weights = learner.named_weights()
+    if learner.adapter is None:
+        policy.load_weights(weights)
+    else:
+        policy.load_adapter(learner.adapter, weights)

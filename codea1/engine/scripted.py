@@ -10,7 +10,7 @@ deterministically. Neither says anything about model quality; they exist to exer
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -33,10 +33,13 @@ def byte_ids(text: str) -> tuple[int, ...]:
 class ScriptedPolicy:
     """A fake :class:`~codea1.engine.base.Policy` returning scripted completions (for tests)."""
 
+    name = "scripted"
+
     def __init__(self, script: Script, eos: str = "") -> None:
         self.script = script
         self.eos = eos
         self.calls = 0
+        self.weight_loads = 0
         self._cursor = 0
         self.last_stats: dict[str, float] = {}
 
@@ -48,6 +51,14 @@ class ScriptedPolicy:
     def count_tokens(self, text: str) -> int:
         """Number of UTF-8 bytes."""
         return len(byte_ids(text))
+
+    def load_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
+        """Count the load (the script ignores weights)."""
+        self.weight_loads += 1
+
+    def load_adapter(self, role: str, weights: Mapping[str, torch.Tensor]) -> None:
+        """Count the load (the script ignores weights)."""
+        self.weight_loads += 1
 
     def _next(self, prompt: str, j: int) -> str:
         if callable(self.script):
@@ -95,7 +106,7 @@ class ScriptedLearner:
         self.reference = self.table.detach().clone()
         self.optimizer = torch.optim.AdamW([self.table], lr=lr, weight_decay=0.0)
         self.steps = 0
-        self.pushes = 0
+        self.adapter: str | None = None
         self.last_stats: dict[str, float] = {}
 
     def _logprobs(
@@ -145,9 +156,9 @@ class ScriptedLearner:
         }
         return self.last_stats
 
-    def push_weights(self) -> None:
-        """Count the push (nothing to copy)."""
-        self.pushes += 1
+    def named_weights(self) -> dict[str, torch.Tensor]:
+        """The byte table (detached, not copied)."""
+        return {"table": self.table.detach()}
 
     def save(self, path: Path) -> None:
         """Write the table and optimizer state under ``path`` (atomically per file)."""

@@ -35,7 +35,7 @@ def test_separate_mode_checkpoint_weights_are_loaded(tmp_path: Path) -> None:
     save_file({name: trained.contiguous()}, str(role_dir / "weights.safetensors"))
 
     policy = load_policy(str(role_dir), ENGINE)
-    model = policy._rollout_model()
+    model = policy.rollout.model_for(policy.role)
     params = dict(model.named_parameters())
     assert torch.equal(params[name], trained)
     other = "model.layers.1.self_attn.q_proj.weight"
@@ -45,13 +45,13 @@ def test_separate_mode_checkpoint_weights_are_loaded(tmp_path: Path) -> None:
 
 def test_adapters_mode_checkpoint_is_merged_into_the_base(tmp_path: Path) -> None:
     from codea1.engine.hf_local import load_policy
-    from codea1.engine.hf_local.roles import _with_adapters
+    from codea1.engine.hf_local.roles import with_adapters
     from codea1.engine.loading import load_model_and_tokenizer
 
     base, _ = load_model_and_tokenizer("smollm2-135m", "float32", "cpu")
     reference = dict(base.named_parameters())["model.layers.0.self_attn.q_proj.weight"].detach().clone()
     trained_cfg = config_from_dict({"engine": {"coder_model": "smollm2-135m", "mode": "adapters"}}).engine
-    peft_model, _ = _with_adapters(base, trained_cfg, ["coder"], rollout="unmerged")
+    peft_model = with_adapters(base, trained_cfg, ["coder"])
     lora = {
         n: p.detach().clone() for n, p in peft_model.named_parameters() if "lora_" in n and ".coder." in n
     }
@@ -61,7 +61,8 @@ def test_adapters_mode_checkpoint_is_merged_into_the_base(tmp_path: Path) -> Non
     role_dir = _checkpoint(tmp_path, "adapters")
     save_file({n: t.contiguous() for n, t in lora.items()}, str(role_dir / "weights.safetensors"))
 
-    model = load_policy(str(role_dir), ENGINE)._rollout_model()
+    loaded = load_policy(str(role_dir), ENGINE)
+    model = loaded.rollout.model_for(loaded.role)
     merged = dict(model.named_parameters())["model.layers.0.self_attn.q_proj.weight"]
     assert not any("lora_" in n for n, _ in model.named_parameters())
     assert not torch.allclose(merged, reference)

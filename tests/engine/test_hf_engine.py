@@ -14,7 +14,7 @@ import torch
 
 from codea1.config import EngineConfig, OptimConfig
 from codea1.core.losses import policy_loss
-from codea1.engine.base import SamplingParams, TrainBatch
+from codea1.engine.base import SamplingParams, TrainBatch, push_weights
 from codea1.engine.hf_local import build_roles, lr_factor
 from codea1.engine.hf_local.logprobs import response_logprobs
 
@@ -88,7 +88,7 @@ def test_separate_mode_generation_logprobs_kl_and_update(separate, tmp_path):
     assert all(not p.requires_grad for p in separate.coder_learner.weights.reference.parameters())
     assert learner.logprobs(batch, reference=True) == recomputed  # reference stayed frozen
 
-    learner.push_weights()
+    push_weights(learner, policy)
     fresh, fresh_batch = _rollout(policy, seed=8)
     assert _max_diff([c.logprobs for c in fresh], learner.logprobs(fresh_batch)) < GEN_TOL
 
@@ -121,7 +121,7 @@ def test_adapters_mode_moves_only_the_active_adapter(adapters):
     assert coder.logprobs(batch, reference=True) == recomputed
     assert tester.logprobs(batch) == recomputed  # the tester adapter still equals the base
 
-    coder.push_weights()
+    push_weights(coder, adapters.coder_policy)
     fresh, fresh_batch = _rollout(adapters.coder_policy, seed=9)
     assert _max_diff([c.logprobs for c in fresh], coder.logprobs(fresh_batch)) < GEN_TOL
 

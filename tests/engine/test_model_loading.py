@@ -9,6 +9,7 @@ import pytest
 from codea1.engine.loading import (
     SMOLLM2_SPEC,
     ModelLoadError,
+    cpu_has_native_bf16,
     default_cache_dir,
     load_model_and_tokenizer,
     load_tokenizer,
@@ -49,7 +50,12 @@ def test_smollm2_is_found_inside_its_package():
 def test_dtype_and_device_choice(monkeypatch):
     import torch
 
+    from codea1.engine import loading
+
+    monkeypatch.setattr(loading, "cpu_has_native_bf16", lambda: False)
     assert pick_dtype("auto", torch.device("cpu")) == torch.float32
+    monkeypatch.setattr(loading, "cpu_has_native_bf16", lambda: True)
+    assert pick_dtype("auto", torch.device("cpu")) == torch.bfloat16
     assert pick_dtype("auto", torch.device("cuda")) == torch.bfloat16
     assert pick_dtype("bfloat16", torch.device("cpu")) == torch.bfloat16
     with pytest.raises(ModelLoadError, match="unknown dtype"):
@@ -103,3 +109,12 @@ def test_gguf_is_dequantized_once_and_cached(tmp_path):
     assert again.dtype == torch.bfloat16
     w0 = model.get_input_embeddings().weight
     assert torch.allclose(w0, again.get_input_embeddings().weight.float(), atol=1e-2)
+
+
+def test_native_bf16_is_read_from_the_cpu_flags():
+    plain = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512bw\n"
+    assert not cpu_has_native_bf16(plain)
+    assert cpu_has_native_bf16(plain.replace("avx512bw", "avx512bw avx512_bf16"))
+    assert cpu_has_native_bf16(plain.replace("avx512bw", "amx_tile amx_bf16"))
+    assert not cpu_has_native_bf16("model name\t: avx512_bf16 in a name only\n")
+    assert isinstance(cpu_has_native_bf16(), bool)  # this machine's /proc/cpuinfo (or False without one)

@@ -44,7 +44,7 @@ def test_every_preset_loads_strictly(preset: str) -> None:
             0.5,
             1,
         )
-        assert cfg.engine.coder_model.startswith("Qwen/Qwen2.5-Coder-") and cfg.engine.dtype == "bfloat16"
+        assert cfg.engine.coder_model.startswith("Qwen/Qwen2.5-Coder-") and cfg.engine.dtype == "auto"
 
 
 @pytest.mark.parametrize("method", ["a1", "golden", "selfplay"])

@@ -72,7 +72,11 @@ def test_two_steps_write_metrics_book_checkpoints_and_samples(tmp_path: Path) ->
         "replay",
         "loss",
         "time",
+        "rollout",
     }
+    assert rows[-1]["rollout/engine/scripted"] == 1.0
+    models = trainer.models  # the trainer moved each learner's weights to its policy once per step
+    assert models.coder_policy.weight_loads == 2 and models.tester_policy.weight_loads == 2
     assert rows[-1]["tester/groups_selected"] == 2  # update_n=1 code per problem
     assert rows[-1]["replay/book_size"] > 0 and book_rows(run_dir) == rows[-1]["replay/book_size"]
     assert [s for s, _ in list_checkpoints(run_dir)] == [1, 2]

@@ -40,7 +40,7 @@ def problems() -> list[Any]:
 
 def build_models(probs: Sequence[Any], shared: bool = False) -> Any:
     """The roles ``codea1 train --engine scripted`` uses (the cli's script on the scripted engine)."""
-    from codea1.cli.train import scripted_roles
+    from codea1.engine.scripted_roles import scripted_roles
 
     return scripted_roles(probs, seed=0, shared=shared)
 

@@ -60,6 +60,7 @@ class HFLearner:
 
     ``temperature`` must equal the sampling temperature of the role so that recomputed log-probs
     match the policy's. ``last_stats`` mirrors the dict returned by :meth:`train_step`.
+    ``adapter`` names the LoRA adapter trained (``adapters`` mode), None for full weights.
     """
 
     def __init__(
@@ -83,6 +84,7 @@ class HFLearner:
             "tokens" if aggregation == "token-mean" else "sequences"
         )
         self.entropy = entropy
+        self.adapter: str | None = getattr(weights, "adapter", None)
         self.params = weights.trainable()
         if not self.params:
             raise ValueError("the role has no trainable parameters")
@@ -185,9 +187,9 @@ class HFLearner:
         self.last_stats = result
         return result
 
-    def push_weights(self) -> None:
-        """Make the rollout policy sample from the current weights."""
-        self.weights.push()
+    def named_weights(self) -> dict[str, torch.Tensor]:
+        """The trainable tensors by name, detached, not copied (full weights or the adapter's LoRA)."""
+        return {n: p.detach() for n, p in self.params.items()}
 
     def save(self, path: Path) -> None:
         """Write trainable weights (safetensors) and optimizer + scheduler state under ``path``."""
@@ -199,7 +201,8 @@ class HFLearner:
         _atomic(path / STATE_FILE, lambda tmp: torch.save(state, tmp))
 
     def load(self, path: Path) -> None:
-        """Restore what :meth:`save` wrote; names and shapes must match this learner's parameters."""
+        """Restore what :meth:`save` wrote; names and shapes must match this learner's parameters.
+        The caller pushes the restored weights to the policy."""
         path = Path(path)
         tensors = load_file(str(path / WEIGHTS_FILE))
         missing = sorted(set(self.params) - set(tensors))
@@ -213,7 +216,6 @@ class HFLearner:
         state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        self.weights.push()
 
 
 def _atomic(target: Path, write: Any) -> None:

@@ -9,8 +9,8 @@ state is untouched and the same prompts, parameters and batch size give the same
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import torch
 from transformers import GenerationConfig, LogitsProcessorList
@@ -19,21 +19,34 @@ from codea1.engine.base import Completion, SamplingParams
 from codea1.engine.hf_local.logprobs import SampledTokenLogprobs
 
 
+class Rollout(Protocol):
+    """What a policy samples from (``weights.py``: a plain module, a merged copy, peft layers)."""
+
+    def model_for(self, role: str) -> Any: ...
+
+    def load_weights(self, weights: Mapping[str, torch.Tensor]) -> None: ...
+
+    def load_adapter(self, role: str, weights: Mapping[str, torch.Tensor]) -> None: ...
+
+
 class HFPolicy:
     """A :class:`~codea1.engine.base.Policy` over a transformers causal LM.
 
-    ``rollout_model`` returns the module to sample from (it may refresh merged adapter weights).
+    ``rollout`` holds the module to sample from for ``role`` (it may merge adapter weights first).
     ``last_stats`` describes the latest :meth:`generate` call: ``sequences``, ``new_tokens``
     (kept completion tokens), ``padded_tokens`` (batch × steps actually computed), ``seconds``,
     ``tokens_per_s``.
     """
 
-    def __init__(self, rollout_model: Callable[[], Any], tokenizer: Any, batch_size: int = 16) -> None:
-        self._rollout_model = rollout_model
+    name = "transformers"
+
+    def __init__(self, rollout: Rollout, tokenizer: Any, batch_size: int = 16, role: str = "coder") -> None:
+        self.rollout = rollout
+        self.role = role
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.last_stats: dict[str, float] = {}
-        eos = rollout_model().generation_config.eos_token_id
+        eos = rollout.model_for(role).generation_config.eos_token_id
         eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         if tokenizer.eos_token_id is not None:
             eos_ids.add(tokenizer.eos_token_id)
@@ -47,6 +60,14 @@ class HFPolicy:
         """Number of tokens of ``text`` (no special tokens added: the template already has them)."""
         return len(self.tokenizer(text, add_special_tokens=False).input_ids)
 
+    def load_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
+        """Sample from these full weights (the learner's own tensors are not copied)."""
+        self.rollout.load_weights(weights)
+
+    def load_adapter(self, role: str, weights: Mapping[str, torch.Tensor]) -> None:
+        """Sample ``role`` from the base plus these LoRA tensors."""
+        self.rollout.load_adapter(role, weights)
+
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[Completion]:
         """Sample ``params.n`` completions per prompt; returned prompt-major (prompt 0's n first)."""
         start = time.perf_counter()
@@ -56,7 +77,7 @@ class HFPolicy:
         size = params.batch_size or self.batch_size
         results: list[Completion | None] = [None] * len(items)
         padded = 0
-        model = self._rollout_model()
+        model = self.rollout.model_for(self.role)
         for b, lo in enumerate(range(0, len(order), size)):
             idx = order[lo : lo + size]
             seed = None if params.seed is None else params.seed + b

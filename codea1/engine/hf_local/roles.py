@@ -21,8 +21,15 @@ import torch
 from codea1.config import EngineConfig, OptimConfig
 from codea1.engine.hf_local.learner import WEIGHTS_FILE, HFLearner
 from codea1.engine.hf_local.policy import HFPolicy
-from codea1.engine.hf_local.weights import AdapterWeights, FullWeights, MergedRolloutCopy
+from codea1.engine.hf_local.weights import (
+    AdapterWeights,
+    FullWeights,
+    MergedAdapterRollout,
+    ModuleRollout,
+    PeftRollout,
+)
 from codea1.engine.loading import ModelLoadError, load_model_and_tokenizer
+from codea1.engine.lora import base_weights
 
 
 @dataclass
@@ -63,7 +70,7 @@ def build_roles(
         raise ValueError("shared=True needs one sampling temperature for both roles (the learner is shared)")
     tester_spec = engine_cfg.tester_model or engine_cfg.coder_model
     common = {"logprob_chunk": engine_cfg.logprob_chunk, "aggregation": aggregation, "entropy": entropy}
-    model, tok = _load(engine_cfg, engine_cfg.coder_model)
+    model, tok = load_trainable(engine_cfg, engine_cfg.coder_model)
 
     def learner(weights: Any, optim: OptimConfig, temperature: float, tokenizer: Any) -> HFLearner:
         return HFLearner(
@@ -73,7 +80,7 @@ def build_roles(
     if engine_cfg.mode == "separate":
         coder_w = FullWeights(model, keep_reference)
         coder = (
-            HFPolicy(coder_w.rollout_model, tok, batch_size),
+            HFPolicy(ModuleRollout(model), tok, batch_size, "coder"),
             learner(coder_w, coder_optim, temperature_coder, tok),
         )
         if shared:
@@ -81,10 +88,10 @@ def build_roles(
         if tester_spec == engine_cfg.coder_model:
             tester_model, tester_tok = copy.deepcopy(model), tok
         else:
-            tester_model, tester_tok = _load(engine_cfg, tester_spec)
+            tester_model, tester_tok = load_trainable(engine_cfg, tester_spec)
         tester_w = FullWeights(tester_model, keep_reference)
         tester = (
-            HFPolicy(tester_w.rollout_model, tester_tok, batch_size),
+            HFPolicy(ModuleRollout(tester_model), tester_tok, batch_size, "tester"),
             learner(tester_w, tester_optim, temperature_tester, tester_tok),
         )
         return Roles(coder[0], coder[1], tester[0], tester[1], tok)
@@ -94,39 +101,45 @@ def build_roles(
             f"engine.mode=adapters shares one base model, but coder_model={engine_cfg.coder_model!r} and "
             f"tester_model={tester_spec!r} differ; use engine.mode=separate"
         )
-    peft_model, rollout_copy = _with_adapters(
-        model, engine_cfg, ["coder"] if shared else ["coder", "tester"], rollout
+    plain = copy.deepcopy(model).requires_grad_(False) if rollout == "merged" else None
+    peft_model = with_adapters(model, engine_cfg, ["coder"] if shared else ["coder", "tester"])
+    sampler: Any = (
+        PeftRollout(peft_model)
+        if plain is None
+        else MergedAdapterRollout(plain, base_weights(peft_model), lora_scale(engine_cfg))
     )
-    coder_w = AdapterWeights(peft_model, "coder", rollout_copy)
+    coder_w = AdapterWeights(peft_model, "coder")
     coder = (
-        HFPolicy(coder_w.rollout_model, tok, batch_size),
+        HFPolicy(sampler, tok, batch_size, "coder"),
         learner(coder_w, coder_optim, temperature_coder, tok),
     )
     if shared:
         return Roles(coder[0], coder[1], coder[0], coder[1], tok)
-    tester_w = AdapterWeights(peft_model, "tester", rollout_copy)
+    tester_w = AdapterWeights(peft_model, "tester")
     tester = (
-        HFPolicy(tester_w.rollout_model, tok, batch_size),
+        HFPolicy(sampler, tok, batch_size, "tester"),
         learner(tester_w, tester_optim, temperature_tester, tok),
     )
     return Roles(coder[0], coder[1], tester[0], tester[1], tok)
 
 
-def _load(engine_cfg: EngineConfig, spec: str) -> tuple[Any, Any]:
+def lora_scale(engine_cfg: EngineConfig) -> float:
+    """LoRA's ``alpha / r``: the factor of ``B @ A`` in the merged weight."""
+    return engine_cfg.lora_alpha / engine_cfg.lora_r
+
+
+def load_trainable(engine_cfg: EngineConfig, spec: str) -> tuple[Any, Any]:
+    """The model (gradient checkpointing as configured) and tokenizer of ``spec``."""
     model, tok = load_model_and_tokenizer(spec, engine_cfg.dtype, engine_cfg.device, engine_cfg.cache_dir)
     if engine_cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return model, tok
 
 
-def _with_adapters(
-    model: Any, engine_cfg: EngineConfig, names: list[str], rollout: str
-) -> tuple[Any, MergedRolloutCopy | None]:
+def with_adapters(model: Any, engine_cfg: EngineConfig, names: list[str]) -> Any:
+    """``model`` frozen and wrapped as a peft model with one LoRA adapter per name (eval mode)."""
     from peft import LoraConfig, get_peft_model
 
-    rollout_copy = (
-        MergedRolloutCopy(copy.deepcopy(model).requires_grad_(False)) if rollout == "merged" else None
-    )
     config = LoraConfig(
         r=engine_cfg.lora_r,
         lora_alpha=engine_cfg.lora_alpha,
@@ -139,7 +152,7 @@ def _with_adapters(
     for name in names[1:]:
         peft_model.add_adapter(name, config)
     peft_model.eval()
-    return peft_model, rollout_copy
+    return peft_model
 
 
 def load_policy(model_spec: str, engine_cfg: EngineConfig, batch_size: int = 16) -> HFPolicy:
@@ -158,13 +171,13 @@ def load_policy(model_spec: str, engine_cfg: EngineConfig, batch_size: int = 16)
         model_spec, engine_cfg.dtype, engine_cfg.device, engine_cfg.cache_dir
     )
     model.requires_grad_(False).eval()
-    return HFPolicy(lambda: model, tok, batch_size)
+    return HFPolicy(ModuleRollout(model), tok, batch_size)
 
 
 def _load_checkpoint_policy(role_dir: Path, engine_cfg: EngineConfig, batch_size: int) -> HFPolicy:
     model, tok, _ = load_checkpoint_model(role_dir, engine_cfg)
     model.requires_grad_(False).eval()
-    return HFPolicy(lambda: model, tok, batch_size)
+    return HFPolicy(ModuleRollout(model), tok, batch_size)
 
 
 def load_checkpoint_model(
@@ -191,7 +204,7 @@ def load_checkpoint_model(
     model, tok = load_model_and_tokenizer(base, engine_cfg.dtype, engine_cfg.device, engine_cfg.cache_dir)
     tensors = load_file(str(role_dir / WEIGHTS_FILE))
     if trained.mode == "adapters":
-        model, _ = _with_adapters(model, trained, [role], rollout="unmerged")
+        model = with_adapters(model, trained, [role])
     params = dict(model.named_parameters())
     unknown = sorted(set(tensors) - set(params))
     if unknown:

@@ -1,20 +1,24 @@
-"""How one role's weights are held: a full model of its own, or a LoRA adapter on a shared base.
+"""How one role's weights are held by the learner, and what the policy samples from.
 
-Both holders answer the same questions for the learner and the policy: which module to train,
-which parameters are trainable, which module is the frozen reference, and which module to sample
-from. ``FullWeights`` is the paper's ``separate`` mode (the rollout model *is* the trained module);
-``AdapterWeights`` is the ``adapters`` mode (one frozen base, the reference is the base with
-adapters disabled, rollouts use a plain copy holding ``base + ΔW`` of the role's adapter).
+Learner side: ``FullWeights`` is the paper's ``separate`` mode (a whole model per role, a frozen
+reference copy); ``AdapterWeights`` is the ``adapters`` mode (one frozen base, the reference is the
+base with adapters disabled). Rollout side: ``ModuleRollout`` samples from a plain module (in
+``separate`` mode the trained module itself, so a weight push copies nothing),
+``MergedAdapterRollout`` from a plain copy holding ``base + ΔW`` of one role at a time, and
+``PeftRollout`` through the adapter layers. Weights reach the rollout side only through the
+policy's ``load_weights`` / ``load_adapter``, called by the trainer.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
+
+from codea1.engine.lora import lora_deltas, merged_weights
 
 
 class FullWeights:
@@ -39,49 +43,13 @@ class FullWeights:
             raise RuntimeError("no reference model was kept (build_roles(..., keep_reference=False))")
         yield self.reference
 
-    def rollout_model(self) -> Any:
-        """The module to sample from: the trained module itself."""
-        return self.model
-
-    def push(self) -> None:
-        """Nothing to copy: rollouts already read the trained module."""
-
-
-class MergedRolloutCopy:
-    """A plain (non-peft) copy of the base model that holds ``base + ΔW(adapter)`` for sampling.
-
-    One copy serves every adapter; it is rewritten when a different adapter or a newer version of
-    the same adapter is requested.
-    """
-
-    def __init__(self, plain_base: Any) -> None:
-        self.model = plain_base
-        self.loaded: tuple[str, int] | None = None
-
-    def refresh(self, peft_model: Any, adapter: str, version: int) -> Any:
-        """Write the merged weights of ``adapter`` (if stale) and return the plain model."""
-        from peft.tuners.lora import LoraLayer
-
-        if self.loaded == (adapter, version):
-            return self.model
-        with torch.no_grad():
-            for name, module in peft_model.get_base_model().named_modules():
-                if isinstance(module, LoraLayer) and adapter in module.lora_A:
-                    target = self.model.get_submodule(name)
-                    delta = module.get_delta_weight(adapter).to(target.weight.dtype)
-                    target.weight.copy_(module.get_base_layer().weight + delta)
-        self.loaded = (adapter, version)
-        return self.model
-
 
 class AdapterWeights:
-    """One LoRA adapter of a shared peft model; ``unmerged`` samples through the adapter layers."""
+    """One LoRA adapter of a shared peft model (the learner's side of ``adapters`` mode)."""
 
-    def __init__(self, peft_model: Any, adapter: str, rollout: MergedRolloutCopy | None) -> None:
+    def __init__(self, peft_model: Any, adapter: str) -> None:
         self.peft_model = peft_model
         self.adapter = adapter
-        self.rollout = rollout
-        self.version = 0
 
     def train_model(self) -> Any:
         """The causal LM with this role's adapter active (peft marks only it trainable)."""
@@ -99,16 +67,113 @@ class AdapterWeights:
         with self.peft_model.disable_adapter():
             yield self.peft_model.get_base_model()
 
-    def rollout_model(self) -> Any:
-        """The merged copy (refreshed if stale) or, unmerged, the peft model with this adapter active."""
-        if self.rollout is not None:
-            return self.rollout.refresh(self.peft_model, self.adapter, self.version)
-        self.peft_model.set_adapter(self.adapter)
+
+# ---- the rollout side: what a policy samples from, and how weights reach it -------------------------
+
+
+class ModuleRollout:
+    """Samples from one plain causal LM: in ``separate`` mode the trained module itself (so loading
+    the learner's own tensors copies nothing), in evaluation a frozen model."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def model_for(self, role: str) -> Any:
+        """The module to sample from."""
+        del role
+        return self.model
+
+    def load_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
+        """Copy ``weights`` into the module (tensors that are already its own are skipped)."""
+        copy_into(self.model, weights)
+
+    def load_adapter(self, role: str, weights: Mapping[str, torch.Tensor]) -> None:
+        """A plain module has no adapters."""
+        raise TypeError(f"this policy holds full weights; use load_weights, not load_adapter({role!r})")
+
+
+class MergedAdapterRollout:
+    """A plain (non-peft) copy of the base that holds ``base + ΔW`` of one adapter at a time.
+
+    One copy serves every role: :meth:`load_adapter` keeps a snapshot of a role's LoRA tensors and
+    :meth:`model_for` rewrites the adapted modules when another role, or a newer snapshot of the
+    same role, is asked for. ``base`` holds the frozen base weights (views into the learner's peft
+    model, no copy).
+    """
+
+    def __init__(self, plain_base: Any, base: Mapping[str, torch.Tensor], scale: float) -> None:
+        self.model = plain_base
+        self.base = base
+        self.scale = scale
+        self.adapters: dict[str, dict[str, torch.Tensor]] = {}
+        self.versions: dict[str, int] = {}
+        self.loaded: tuple[str, int] | None = None
+
+    def load_adapter(self, role: str, weights: Mapping[str, torch.Tensor]) -> None:
+        """Keep a snapshot of ``role``'s LoRA tensors; the merge happens at its next rollout."""
+        self.adapters[role] = {n: t.detach().clone() for n, t in weights.items()}
+        self.versions[role] = self.versions.get(role, 0) + 1
+
+    def load_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
+        """The base is frozen in ``adapters`` mode."""
+        raise TypeError("this policy samples LoRA adapters on a frozen base; use load_adapter")
+
+    def model_for(self, role: str) -> Any:
+        """The plain model holding ``role``'s merged weights (the base until its first load)."""
+        state = (role, self.versions.get(role, 0))
+        if self.loaded == state:
+            return self.model
+        if role in self.adapters:
+            merged = merged_weights(self.base, self.adapters[role], role, self.scale)
+        else:
+            merged = {n: self.base[n] for n in self.loaded_names()}
+        copy_into(self.model, merged)
+        self.loaded = state
+        return self.model
+
+    def loaded_names(self) -> set[str]:
+        """Names of the weights any adapter snapshot changes (what a switch back to the base restores)."""
+        return {n for role, w in self.adapters.items() for n in lora_deltas(w, role, 1.0)}
+
+
+class PeftRollout:
+    """Samples through the peft model's adapter layers (``rollout="unmerged"``): no extra copy."""
+
+    def __init__(self, peft_model: Any) -> None:
+        self.peft_model = peft_model
+
+    def model_for(self, role: str) -> Any:
+        """The peft model with ``role``'s adapter active."""
+        self.peft_model.set_adapter(role)
         return self.peft_model
 
-    def push(self) -> None:
-        """Mark the merged rollout weights stale; the next rollout rewrites them."""
-        self.version += 1
+    def load_adapter(self, role: str, weights: Mapping[str, torch.Tensor]) -> None:
+        """Copy the LoRA tensors into the peft model (the learner's own tensors are skipped)."""
+        copy_into(self.peft_model, weights)
+
+    def load_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
+        """The base is frozen in ``adapters`` mode."""
+        raise TypeError("this policy samples LoRA adapters on a frozen base; use load_adapter")
+
+
+def copy_into(model: Any, weights: Mapping[str, torch.Tensor]) -> int:
+    """Copy ``weights`` into ``model``'s parameters by name; returns how many were copied.
+
+    A tensor that shares storage with the parameter it names is skipped: when the policy samples
+    from the learner's own module, a push copies nothing. An unknown name is an error.
+    """
+    params = dict(model.named_parameters())
+    copied = 0
+    with torch.no_grad():
+        for name, value in weights.items():
+            target = params.get(name)
+            if target is None:
+                raise KeyError(f"the rollout model has no parameter {name!r}")
+            if target.data_ptr() == value.data_ptr() and target.shape == value.shape:
+                continue
+            target.copy_(value.to(target.device, target.dtype))
+            copied += 1
+    return copied
 
 
 def _frozen_copy(model: Any) -> Any:

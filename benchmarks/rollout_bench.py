@@ -1,0 +1,136 @@
+"""Rollout throughput of the transformers and vLLM engines, side by side in one run.
+
+1. For each dtype (fp32, bf16) and each engine, the same coder prompts of a preset's training data
+   are sampled with the same settings through the engine's ``Policy`` (the path training uses), and
+   completion tokens/s are printed with the speed-up over transformers. Each measurement runs in a
+   child process of its own (a fresh engine, nothing shared), after one short warm-up call.
+2. With ``--steps N``, ``codea1 train`` runs N steps of the preset with each rollout engine and the
+   mean step time and rollout phases are printed side by side.
+
+Usage: ``python benchmarks/rollout_bench.py [--preset tiny-cpu] [--prompts 16] [--n 4]
+[--max-new-tokens 256] [--dtypes float32,bfloat16] [--steps 1]``. Needs the demo model and, for
+the vLLM rows, a working vLLM (``codea1 doctor``). Slow (minutes); run it alone: the numbers are
+meaningless under CPU contention.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ENGINES = ("transformers", "vllm")
+
+
+def measure(preset: str, engine: str, dtype: str, prompts: int, n: int, max_new_tokens: int) -> dict:
+    """Tokens and seconds of one sampling call (in this process); see :func:`child`."""
+    from codea1.config import load_config
+    from codea1.data.problems import load_problems
+    from codea1.data.prompts import coder_messages
+    from codea1.engine.base import SamplingParams
+    from codea1.engine.build import build
+
+    overrides = [
+        f"engine.rollout={engine}", f"engine.dtype={dtype}", "engine.device=cpu", "train.method=golden",
+        "tester.view=whitebox", "loss.kl_coef=0", f"coder.sampling.max_new_tokens={max_new_tokens}",
+        f"coder.sampling.batch_size={prompts * n}", f"tester.sampling.batch_size={prompts * n}",
+    ]  # fmt: skip
+    cfg = load_config(preset, overrides)
+    start = time.perf_counter()
+    roles = build(cfg)
+    load = time.perf_counter() - start
+    policy = roles.coder_policy
+    problems = load_problems(cfg.data.train)
+    texts = [policy.render(coder_messages(problems[i % len(problems)])) for i in range(prompts)]
+    policy.generate(texts[:1], SamplingParams(n=1, max_new_tokens=8, seed=1))  # warm-up
+    params = SamplingParams(
+        n=n, temperature=1.0, max_new_tokens=max_new_tokens, seed=0, batch_size=prompts * n
+    )
+    start = time.perf_counter()
+    out = policy.generate(texts, params)
+    seconds = time.perf_counter() - start
+    tokens = sum(len(c.completion_ids) for c in out)
+    return {"engine": engine, "dtype": dtype, "load_s": load, "tokens": tokens, "seconds": seconds}
+
+
+def child(args: argparse.Namespace, engine: str, dtype: str) -> dict | None:
+    """:func:`measure` in a fresh process; None (with the reason printed) when it fails."""
+    cmd = [sys.executable, __file__, "--one", engine, dtype, "--preset", args.preset, "--prompts",
+           str(args.prompts), "--n", str(args.n), "--max-new-tokens", str(args.max_new_tokens)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        print(f"  {engine} {dtype}: failed ({tail})", flush=True)
+        return None
+    return json.loads(lines[-1])
+
+
+def throughput_table(args: argparse.Namespace) -> None:
+    """Tokens/s per dtype and engine, with vLLM's speed-up over transformers."""
+    print(f"\nrollout throughput, preset {args.preset}: {args.prompts} prompts x {args.n} samples, "
+          f"<= {args.max_new_tokens} new tokens, T=1.0", flush=True)  # fmt: skip
+    rows = [r for d in args.dtypes.split(",") for e in ENGINES if (r := child(args, e, d)) is not None]
+    print(f"{'dtype':<10}{'engine':<14}{'load s':>8}{'tokens':>8}{'seconds':>9}{'tokens/s':>10}{'vs hf':>7}")
+    for r in rows:
+        base = next((b for b in rows if b["dtype"] == r["dtype"] and b["engine"] == "transformers"), None)
+        rate = r["tokens"] / r["seconds"]
+        ratio = rate / (base["tokens"] / base["seconds"]) if base else float("nan")
+        print(f"{r['dtype']:<10}{r['engine']:<14}{r['load_s']:>8.1f}{r['tokens']:>8}{r['seconds']:>9.1f}"
+              f"{rate:>10.1f}{ratio:>6.2f}x")  # fmt: skip
+
+
+def step_table(args: argparse.Namespace) -> None:
+    """Mean step time and rollout phases of ``codea1 train`` with each rollout engine."""
+    print(f"\ncodea1 train --preset {args.preset}, {args.steps} step(s) per engine", flush=True)
+    print(f"{'engine':<14}{'wall s':>8}{'step s':>8}{'coder rollout':>15}{'tester rollout':>16}{'push':>7}")
+    rows = {}
+    for engine in ENGINES:
+        with tempfile.TemporaryDirectory() as tmp:
+            run_dir = Path(tmp) / "run"
+            cmd = [sys.executable, "-m", "codea1", "train", "--preset", args.preset, "--steps", str(args.steps),
+                   "--run-dir", str(run_dir), "--progress", "plain", "--set", f"engine.rollout={engine}",
+                   *[x for o in args.overrides for x in ("--set", o)]]  # fmt: skip
+            start = time.perf_counter()
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            wall = time.perf_counter() - start
+            if done.returncode != 0:
+                print(f"{engine:<14}failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
+                continue
+            metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+        def mean(key: str, rows_: list = metrics) -> float:
+            return sum(r.get(key, 0.0) for r in rows_) / len(rows_)
+
+        rows[engine] = mean("time/step")
+        print(f"{engine:<14}{wall:>8.1f}{rows[engine]:>8.1f}{mean('time/coder_rollout'):>15.1f}"
+              f"{mean('time/tester_rollout'):>16.1f}{mean('time/push_weights'):>7.2f}", flush=True)  # fmt: skip
+    if len(rows) == 2:
+        print(f"step speed-up with vLLM: {rows['transformers'] / rows['vllm']:.2f}x")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="tiny-cpu")
+    ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--n", type=int, default=4)
+    ap.add_argument("--max-new-tokens", type=int, default=256)
+    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--steps", type=int, default=0, help="also time N training steps per engine")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], help="passed to codea1 train")
+    ap.add_argument("--one", nargs=2, metavar=("ENGINE", "DTYPE"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        print(json.dumps(measure(args.preset, *args.one, args.prompts, args.n, args.max_new_tokens)))
+        return
+    throughput_table(args)
+    if args.steps:
+        step_table(args)
+
+
+if __name__ == "__main__":
+    main()

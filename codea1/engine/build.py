@@ -1,0 +1,90 @@
+"""The one place that turns a run configuration into the two roles' policies and learners.
+
+``engine.kind`` picks the learner side (``transformers``, or the ``scripted`` fake) and
+``engine.rollout`` the sampling side (``transformers`` generate or ``vllm``; ``auto`` is vLLM when
+it imports, else transformers). Concrete engines are imported lazily, so a scripted run never loads
+torch models and a transformers run never imports vLLM.
+
+Imports: config, types, engine (its leaves, lazily).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from codea1.config import EngineConfig, OptimConfig, RunConfig
+from codea1.types import Problem
+
+
+class EngineBuildError(RuntimeError):
+    """The engine could not be built (model not found, vLLM unusable, conflicting settings)."""
+
+
+def optimizer_steps(cfg: RunConfig) -> int:
+    """Optimizer steps of the coder's learner over the run (its lr schedule's length): the trainer
+    calls ``train_step`` ``mini_batches × ppo_epochs`` times per training step."""
+    return cfg.train.steps * cfg.coder.optim.mini_batches * cfg.coder.optim.ppo_epochs
+
+
+def per_update(optim: OptimConfig) -> OptimConfig:
+    """``optim`` with its warm-up counted in optimizer steps: the config counts training steps (the
+    paper's scheduler steps once per training step), the learner counts ``train_step`` calls."""
+    return dataclasses.replace(optim, warmup_steps=optim.warmup_steps * optim.mini_batches * optim.ppo_epochs)
+
+
+def shares_one_model(cfg: RunConfig) -> bool:
+    """Self-play plays both roles with one model; golden has no Test LLM, so one model suffices."""
+    return cfg.train.method in ("selfplay", "golden")
+
+
+def rollout_engine(engine: EngineConfig) -> tuple[str, str]:
+    """``(engine name, why)``: the sampling engine ``engine.rollout`` asks for, ``auto`` resolved
+    (vLLM when it imports, else transformers; ``why`` says why vLLM was not taken)."""
+    if engine.kind == "scripted":
+        return "scripted", ""
+    if engine.rollout != "auto":
+        return engine.rollout, ""
+    from codea1.engine.vllm_local.available import vllm_import_error
+
+    error = vllm_import_error()
+    return ("transformers", f"vLLM is not usable: {error}") if error else ("vllm", "")
+
+
+def build(cfg: RunConfig, problems: Sequence[Problem] = (), *, rollout: str | None = None) -> Any:
+    """The roles of ``cfg``: ``coder_policy``, ``coder_learner``, ``tester_policy``,
+    ``tester_learner`` (the same objects for both roles when one model plays both).
+
+    ``problems`` feed the scripted engine's script; ``rollout`` overrides the resolved
+    ``engine.rollout`` (see :func:`rollout_engine`). Raises :class:`EngineBuildError`.
+    """
+    shared = shares_one_model(cfg)
+    if cfg.engine.kind == "scripted":
+        from codea1.engine.scripted_roles import scripted_roles
+
+        return scripted_roles(problems, seed=cfg.train.seed, shared=shared)
+    sampler = rollout or rollout_engine(cfg.engine)[0]
+    from codea1.engine.hf_local import build_roles
+    from codea1.engine.loading import ModelLoadError
+
+    try:
+        roles = build_roles(
+            cfg.engine, per_update(cfg.coder.optim), per_update(cfg.tester.optim), optimizer_steps(cfg),
+            temperature_coder=cfg.coder.sampling.temperature,
+            temperature_tester=cfg.tester.sampling.temperature, shared=shared,
+            keep_reference=cfg.loss.kl_coef > 0, aggregation=cfg.loss.aggregation,
+            entropy=cfg.loss.entropy_coef > 0, batch_size=cfg.coder.sampling.batch_size,
+            # with vLLM sampling, the transformers side needs no merged rollout copy
+            rollout="unmerged" if sampler == "vllm" else "merged",
+        )  # fmt: skip
+        if sampler == "vllm":
+            from codea1.engine.vllm_local import VLLMStartError, attach_vllm
+
+            try:
+                roles = attach_vllm(roles, cfg, shared=shared)
+            except VLLMStartError as e:
+                raise EngineBuildError(str(e)) from None
+    except (ModelLoadError, ValueError) as e:
+        raise EngineBuildError(str(e)) from None
+    return roles

@@ -1,0 +1,216 @@
+"""Rollouts through vLLM: one request per sample, each seeded from (call seed, prompt, sample).
+
+:class:`VLLMRollout` owns one ``vllm.LLM`` and knows which weights it holds; :class:`VLLMPolicy`
+is one role's view of it (``separate`` mode gives each role its own engine; ``adapters`` mode and
+self-play share one). Weights arrive only through ``load_weights`` (full tensors, Hugging Face
+names, partial allowed) and ``load_adapter`` (a role's LoRA tensors). On CPU vLLM's prepacked linear
+layers refuse a bare ``model.load_weights``; the worker's ``reload_weights`` restores their shapes,
+loads and repacks, so that is what is called: in-process with the tensors themselves, across
+processes (CUDA) through a safetensors file.
+
+Imports: torch, safetensors, vllm, engine.base, engine.lora.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from codea1.engine.base import Completion, SamplingParams, request_seed
+from codea1.engine.lora import lora_deltas, merged_weights
+
+
+class VLLMRollout:
+    """One vLLM engine and the weights it holds.
+
+    ``base`` (``adapters`` mode) holds the frozen base weights under Hugging Face names (views of
+    the learner's peft base, no copy); a role switch loads ``base + ΔW`` of the role's adapter into
+    the engine (one merged-weights sync per switch). ``in_process`` engines take tensors directly.
+    """
+
+    def __init__(
+        self,
+        llm: Any,
+        *,
+        in_process: bool,
+        base: Mapping[str, torch.Tensor] | None = None,
+        lora_scale: float = 1.0,
+    ) -> None:
+        self.llm = llm
+        self.in_process = in_process
+        self.base = base
+        self.lora_scale = lora_scale
+        self.adapters: dict[str, dict[str, torch.Tensor]] = {}
+        self.versions: dict[str, int] = {}
+        self.loaded: tuple[str, int] | None = None
+        self.syncs = 0
+        self.sync_seconds = 0.0
+
+    # ---- weights -----------------------------------------------------------------------------------
+
+    def load_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
+        """Write full-model tensors (Hugging Face names; a subset updates only those) into the engine."""
+        if self.base is not None:
+            raise TypeError("this engine samples LoRA adapters on a frozen base; use load_adapter")
+        self._reload(weights)
+
+    def load_adapter(self, role: str, weights: Mapping[str, torch.Tensor]) -> None:
+        """Keep a snapshot of ``role``'s LoRA tensors; the engine gets them merged at the role's next
+        rollout (nothing is sent now, so two roles pushed in a row cost one sync each, at use)."""
+        if self.base is None:
+            raise TypeError("this engine holds full weights; use load_weights")
+        self.adapters[role] = {n: t.detach().to("cpu", copy=True) for n, t in weights.items()}
+        self.versions[role] = self.versions.get(role, 0) + 1
+
+    def activate(self, role: str) -> None:
+        """Make the engine hold ``role``'s weights (``adapters`` mode: merge and sync when stale)."""
+        if self.base is None:
+            return
+        state = (role, self.versions.get(role, 0))
+        if self.loaded == state:
+            return
+        if role in self.adapters:
+            self._reload(merged_weights(self.base, self.adapters[role], role, self.lora_scale))
+        elif self.loaded is not None:  # back to the untouched base for a role never pushed
+            names = {n for r, w in self.adapters.items() for n in lora_deltas(w, r, 1.0)}
+            self._reload({n: self.base[n] for n in names})
+        self.loaded = state
+
+    def _reload(self, weights: Mapping[str, torch.Tensor]) -> None:
+        start = time.perf_counter()
+        if self.in_process:
+            items = [(n, t.detach()) for n, t in weights.items()]
+            self.llm.collective_rpc(
+                "reload_weights", kwargs={"weights_iterator": items, "is_checkpoint_format": True}
+            )
+            self.llm.collective_rpc(repack_tied_head)
+        else:  # tensors do not travel through collective_rpc arguments; a file does
+            from safetensors.torch import save_file
+
+            shm = Path("/dev/shm")
+            with tempfile.TemporaryDirectory(prefix="codea1-sync-", dir=shm if shm.is_dir() else None) as d:
+                tensors = {n: t.detach().to("cpu").contiguous() for n, t in weights.items()}
+                save_file(tensors, os.path.join(d, "model.safetensors"))
+                self.llm.collective_rpc(
+                    "reload_weights", kwargs={"weights_path": d, "is_checkpoint_format": True}
+                )
+        self.llm.reset_prefix_cache()  # cached prompt KV was computed with the old weights
+        self.syncs += 1
+        self.sync_seconds += time.perf_counter() - start
+
+
+def repack_tied_head(worker: Any) -> bool:
+    """Rebuild the CPU kernel of an output head tied to the input embedding; True when it did.
+
+    With tied embeddings the checkpoint has no ``lm_head.weight``, so ``reload_weights`` writes the
+    new embedding into the shared tensor but never reprocesses the head, whose CPU matmul still runs
+    on the weights packed at start-up (seen as a 0.68 log-prob gap after a sync before this).
+    """
+    model = worker.model_runner.get_model()
+    head = getattr(model, "lm_head", None)
+    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
+    if head is None or embed is None or head.weight.data_ptr() != embed.weight.data_ptr():
+        return False
+    head.quant_method.process_weights_after_loading(head)
+    return True
+
+
+class VLLMPolicy:
+    """A :class:`~codea1.engine.base.Policy` for one role on a :class:`VLLMRollout`.
+
+    Every sample is its own request seeded with :func:`~codea1.engine.base.request_seed` of the
+    call's seed, the prompt's index and the sample's index, so completions do not depend on batch
+    size or on how requests are scheduled. Log-probs are vLLM's processed log-probs of the sampled
+    tokens (the engine is built with ``logprobs_mode="processed_logprobs"``): ``log_softmax(logits /
+    T)`` when ``top_p = 1`` and ``top_k = 0``; with truncation they are of the truncated
+    distribution. ``last_stats`` has ``sequences``, ``new_tokens``, ``seconds``, ``tokens_per_s``.
+    """
+
+    name = "vllm"
+
+    def __init__(self, rollout: VLLMRollout, tokenizer: Any, eos_ids: Sequence[int], role: str) -> None:
+        self.rollout = rollout
+        self.tokenizer = tokenizer
+        self.eos_ids: frozenset[int] = frozenset(eos_ids)
+        self.role = role
+        self.last_stats: dict[str, float] = {}
+
+    def render(self, messages: Sequence[dict[str, str]]) -> str:
+        """Apply the chat template (with the generation prompt) and return the prompt text."""
+        return self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+
+    def count_tokens(self, text: str) -> int:
+        """Number of tokens of ``text`` (no special tokens added: the template already has them)."""
+        return len(self.tokenizer(text, add_special_tokens=False).input_ids)
+
+    def load_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
+        """Sample from these full weights from now on (sent to the engine now)."""
+        self.rollout.load_weights(weights)
+
+    def load_adapter(self, role: str, weights: Mapping[str, torch.Tensor]) -> None:
+        """Sample ``role`` from the base plus these LoRA tensors from now on."""
+        self.rollout.load_adapter(role, weights)
+
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[Completion]:
+        """Sample ``params.n`` completions per prompt; returned prompt-major (prompt 0's n first)."""
+        from vllm import SamplingParams as VLLMSamplingParams
+        from vllm.inputs import TokensPrompt
+
+        start = time.perf_counter()
+        self.rollout.activate(self.role)
+        encoded = [self.tokenizer(p, add_special_tokens=False).input_ids for p in prompts]
+        items = [(i, j) for i in range(len(prompts)) for j in range(params.n)]
+        requests = [TokensPrompt(prompt_token_ids=list(encoded[i])) for i, _ in items]
+        sampling = [
+            VLLMSamplingParams(
+                n=1,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                top_k=params.top_k if params.top_k > 0 else -1,
+                max_tokens=params.max_new_tokens,
+                seed=None if params.seed is None else request_seed(params.seed, i, j),
+                logprobs=0,
+                stop_token_ids=sorted(self.eos_ids),
+                detokenize=False,
+            )
+            for i, j in items
+        ]
+        outputs = self.rollout.llm.generate(requests, sampling, use_tqdm=False) if items else []
+        out = [
+            self._completion(i, encoded[i], o.outputs[0]) for (i, _), o in zip(items, outputs, strict=True)
+        ]
+        seconds = time.perf_counter() - start
+        new_tokens = sum(len(c.completion_ids) for c in out)
+        self.last_stats = {
+            "sequences": float(len(out)),
+            "new_tokens": float(new_tokens),
+            "seconds": seconds,
+            "tokens_per_s": new_tokens / seconds if seconds > 0 else 0.0,
+        }
+        return out
+
+    def _completion(self, prompt_index: int, prompt_ids: Sequence[int], output: Any) -> Completion:
+        toks = list(output.token_ids)
+        cut = next((t + 1 for t, tok in enumerate(toks) if tok in self.eos_ids), None)
+        kept = toks if cut is None else toks[:cut]
+        logprobs = [_sampled_logprob(step, tok) for step, tok in zip(output.logprobs, kept, strict=False)]
+        return Completion(
+            prompt_index=prompt_index,
+            text=self.tokenizer.decode(kept, skip_special_tokens=True),
+            prompt_ids=tuple(prompt_ids),
+            completion_ids=tuple(kept),
+            logprobs=tuple(logprobs),
+            finished=cut is not None,
+        )
+
+
+def _sampled_logprob(step: Any, token: int) -> float:
+    """The log-prob of ``token`` in one position's logprobs entry (a dict token id → Logprob)."""
+    entry = step[token]
+    return float(entry.logprob)

@@ -1,0 +1,128 @@
+"""Start vLLM engines for the roles and put :class:`VLLMPolicy` objects in front of the learners.
+
+On CPU the engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: no engine-core or
+worker processes, load in seconds, weight sync without copies across processes), eager (no
+inductor compile, which takes over a minute), with a KV cache sized from the configuration rather
+than vLLM's default of 0.9 × RAM. On CUDA it runs in vLLM's normal multiprocess mode.
+
+``separate`` mode starts one engine per role (the roles may be different models); ``adapters``
+mode and self-play start one engine for both roles. vLLM's prefix cache is reset after every
+weight sync, since cached prompt KV was computed with the old weights.
+
+Imports: torch, transformers (config), vllm, config, engine.loading, engine.lora, this package.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Any
+
+import torch
+
+from codea1.config import RunConfig
+from codea1.engine.loading import model_location, pick_device, pick_dtype
+from codea1.engine.lora import base_weights
+from codea1.engine.vllm_local.policy import VLLMPolicy, VLLMRollout
+
+CPU_ENVIRONMENT = {
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+}
+"""Set (unless already set) before a CPU engine starts: in-process engine, no core held back."""
+MIN_KV_BYTES = 64 << 20
+
+
+class VLLMStartError(RuntimeError):
+    """vLLM is not importable or an engine did not start; the message says why."""
+
+
+def kv_cache_bytes(cfg: RunConfig, model_config: Any, dtype: torch.dtype) -> int:
+    """KV-cache bytes for ``engine.vllm_kv_cache_gib``, or when 0 for the largest sampling batch
+    (``sampling.batch_size`` sequences) at the longest prompt + completion of either role."""
+    if cfg.engine.vllm_kv_cache_gib > 0:
+        return int(cfg.engine.vllm_kv_cache_gib * (1 << 30))
+    heads = model_config.num_attention_heads
+    kv_heads = getattr(model_config, "num_key_value_heads", None) or heads
+    head_dim = getattr(model_config, "head_dim", None) or model_config.hidden_size // heads
+    per_token = 2 * model_config.num_hidden_layers * kv_heads * head_dim * dtype.itemsize
+    tokens = max_sequences(cfg) * max_model_len(cfg)
+    return max(MIN_KV_BYTES, math.ceil(tokens * per_token * 1.1))
+
+
+def max_model_len(cfg: RunConfig) -> int:
+    """The longest prompt + completion either role samples."""
+    return max(r.sampling.max_prompt_tokens + r.sampling.max_new_tokens for r in (cfg.coder, cfg.tester))
+
+
+def max_sequences(cfg: RunConfig) -> int:
+    """Sequences the engine runs at once: the larger ``sampling.batch_size`` of the two roles."""
+    return max(cfg.coder.sampling.batch_size, cfg.tester.sampling.batch_size)
+
+
+def start_engine(cfg: RunConfig, location: str, dtype: torch.dtype, in_process: bool) -> Any:
+    """A ``vllm.LLM`` for the model at ``location`` (processed log-probs, seeded from the run)."""
+    from transformers import AutoConfig
+
+    if in_process:
+        for key, value in CPU_ENVIRONMENT.items():
+            os.environ.setdefault(key, value)
+    from codea1.engine.vllm_local.available import vllm_import_error
+
+    error = vllm_import_error()
+    if error:
+        raise VLLMStartError(f"engine.rollout=vllm: {error}")
+    from vllm import LLM
+
+    model_config = AutoConfig.from_pretrained(location)
+    try:
+        return LLM(
+            model=location,
+            tokenizer=location,
+            dtype={torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}[dtype],
+            seed=cfg.train.seed,
+            max_model_len=max_model_len(cfg),
+            max_num_seqs=max_sequences(cfg),
+            kv_cache_memory_bytes=kv_cache_bytes(cfg, model_config, dtype),
+            logprobs_mode="processed_logprobs",
+            enforce_eager=in_process,
+        )
+    except Exception as e:  # vLLM raises many types while starting (ValueError, RuntimeError, OSError)
+        raise VLLMStartError(f"vLLM did not start for {location}: {type(e).__name__}: {e}") from e
+
+
+def attach_vllm(roles: Any, cfg: RunConfig, *, shared: bool) -> Any:
+    """``roles`` (built by ``hf_local.build_roles``) with vLLM policies in place of its policies.
+
+    The learners are untouched; the trainer moves their weights to these policies.
+    """
+    engine = cfg.engine
+    device = pick_device(engine.device)
+    dtype = pick_dtype(engine.dtype, device)
+    in_process = device.type == "cpu"
+    coder_location = model_location(engine.coder_model, engine.cache_dir)
+
+    def policy(rollout: VLLMRollout, hf_policy: Any, role: str) -> VLLMPolicy:
+        return VLLMPolicy(rollout, hf_policy.tokenizer, sorted(hf_policy.eos_ids), role)
+
+    if engine.mode == "adapters":
+        peft_model = roles.coder_learner.weights.peft_model
+        rollout = VLLMRollout(
+            start_engine(cfg, coder_location, dtype, in_process),
+            in_process=in_process,
+            base=base_weights(peft_model),
+            lora_scale=engine.lora_alpha / engine.lora_r,
+        )
+        coder = policy(rollout, roles.coder_policy, "coder")
+        tester = coder if shared else policy(rollout, roles.tester_policy, "tester")
+    else:
+        coder_engine = start_engine(cfg, coder_location, dtype, in_process)
+        coder = policy(VLLMRollout(coder_engine, in_process=in_process), roles.coder_policy, "coder")
+        if shared:
+            tester = coder
+        else:
+            tester_location = model_location(engine.tester_model or engine.coder_model, engine.cache_dir)
+            tester_engine = start_engine(cfg, tester_location, dtype, in_process)
+            tester = policy(VLLMRollout(tester_engine, in_process=in_process), roles.tester_policy, "tester")
+    return dataclasses.replace(roles, coder_policy=coder, tester_policy=tester)
