@@ -186,7 +186,7 @@ def _codea1_logits(role_dir: Path, ids: torch.Tensor) -> torch.Tensor:
     from codea1.engine.hf_local import load_policy
 
     policy = load_policy(str(role_dir), EngineConfig(dtype="float32", device="cpu"))
-    return _logits(policy._rollout_model(), ids)
+    return _logits(policy.rollout.model_for(policy.role), ids)
 
 
 def _loaded_as_is(out: Path, ids: torch.Tensor) -> torch.Tensor:
