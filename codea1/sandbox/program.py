@@ -302,13 +302,7 @@ def _serve_calls(fn: Any, max_bytes: int) -> None:
             args, kwargs = decode(request)
         except BaseException:  # noqa: BLE001
             os._exit(123)
-        payload = _result(lambda a=args, k=kwargs: fn(*a, **k), max_bytes)
-        if os.getpid() != me:
-            os._exit(0)
-        try:
-            write_all(CALL_RESPONSE_FD, frame(payload))
-        except BaseException:  # noqa: BLE001
-            os._exit(121)
+        _reply(CALL_RESPONSE_FD, _result(lambda a=args, k=kwargs: fn(*a, **k), max_bytes), me)
 
 
 def _child_main(expr: str, task: dict[str, Any], ns: dict[str, Any], w: int, setup: tuple[Any, Any]) -> None:
@@ -317,13 +311,18 @@ def _child_main(expr: str, task: dict[str, Any], ns: dict[str, Any], w: int, set
     me = os.getpid()
     payload = _result(lambda: eval(compile(expr, "<test>", "eval"), ns), task["max_output_bytes"])
     signal.setitimer(signal.ITIMER_PROF, 0)
+    _reply(w, payload, me)
+    os._exit(0)
+
+
+def _reply(fd: int, payload: bytes, me: int) -> None:
+    """Write one result frame; a process the candidate forked (not ``me``) exits without writing."""
     if os.getpid() != me:
         os._exit(0)
     try:
-        write_all(w, frame(payload))
+        write_all(fd, frame(payload))
     except BaseException:  # noqa: BLE001
         os._exit(121)
-    os._exit(0)
 
 
 def _utf8(text: str) -> bytes:
