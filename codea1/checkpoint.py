@@ -41,6 +41,7 @@ import torch
 from codea1.config import RunConfig, dump_config
 from codea1.engine.base import Learner
 from codea1.replay.mistake_book import BookFileError, MistakeBook, recognise_book
+from codea1.tracking import fsync_dir
 
 CHECKPOINT_DIR = "checkpoints"
 BOOK_FILE = "mistake_book.sqlite"
@@ -193,14 +194,6 @@ def verify_checkpoint(path: Path) -> bool:
     return verified
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def snapshot_book(book_path: Path, dest: Path) -> None:
     """Copy a (possibly open) SQLite book consistently with the online-backup API."""
     src = sqlite3.connect(str(book_path))
@@ -246,11 +239,11 @@ def save_checkpoint(
         json.dump(payload, f)
     write_manifest(tmp)  # last: fsyncs and hashes everything above
     for sub in sorted({p.parent for p in tmp.rglob("*")}, reverse=True):
-        _fsync_dir(sub)
+        fsync_dir(sub)
     if final.exists():  # re-saving the same step (e.g. after resume): replace it whole
         shutil.rmtree(final)
     os.replace(tmp, final)
-    _fsync_dir(root)
+    fsync_dir(root)
     for _, old in list_checkpoints(run_dir)[:-keep_last]:
         shutil.rmtree(old, ignore_errors=True)
     return final

@@ -201,12 +201,13 @@ def truncate_metrics(
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     repair.backup = backup
     return repair
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """Make a directory's entries (a rename, a new file) durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
