@@ -196,6 +196,9 @@ class EngineConfig:
 
     kind: Literal["transformers", "scripted"] = "transformers"
     """Engine implementation (``scripted`` is a deterministic fake for tests)."""
+    backend: Literal["local", "ray"] = "local"
+    """local: every model in this process; ray: learner groups and rollout replicas as Ray actors
+    (see ``cluster``)."""
     rollout: Literal["auto", "transformers", "vllm"] = "auto"
     """What samples rollouts: vLLM or transformers ``generate`` (auto: vLLM when it imports)."""
     vllm_kv_cache_gib: float = 0.0
@@ -232,6 +235,32 @@ class EngineConfig:
     """Module names that receive LoRA adapters."""
     cache_dir: str = ""
     """Where dequantised GGUF models are cached (empty = the user cache directory)."""
+
+
+@dataclass
+class ClusterConfig:
+    """Where the Ray backend (``engine.backend: ray``) runs each part of a step (docs/cluster.md)."""
+
+    address: str = ""
+    """Ray cluster to join (``auto``, ``HOST:6379``, ``ray://HOST:10001``); empty = ``RAY_ADDRESS``
+    if set, else a local cluster started for the run."""
+    num_cpus: int = 0
+    """CPUs of the local cluster started when there is no address (0 = all)."""
+    learner_workers: int = 1
+    """Ranks of each role's learner group (one FSDP2 data-parallel group per role)."""
+    rollout_replicas: int = 1
+    """Sampling engines per role; a call's prompts are split across them."""
+    placement: Literal["split", "colocate"] = "split"
+    """split: each role's learners and replicas on their own devices (the paper); colocate: a role's
+    learner ranks and replicas share devices."""
+    gpus_per_worker: float = 0.0
+    """GPUs of each learner rank and each replica (0 on CPU clusters)."""
+    cpus_per_worker: float = 1.0
+    """CPUs reserved by each learner rank and each replica."""
+    sandbox_fanout: bool = True
+    """Run the execution grid as Ray tasks on every node's CPUs (else in the driver's process pool)."""
+    sandbox_batch: int = 8
+    """Program tasks per Ray call of the sandbox fan-out."""
 
 
 @dataclass
@@ -288,6 +317,8 @@ class RunConfig:
     """Sandbox."""
     engine: EngineConfig = field(default_factory=EngineConfig)
     """Engine and models."""
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    """Ray cluster layout (``engine.backend: ray``)."""
     train: TrainConfig = field(default_factory=TrainConfig)
     """Training run."""
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
@@ -354,6 +385,13 @@ def check_invariants(cfg: RunConfig) -> None:
         errors.append("sandbox budgets must be positive and memory_mb >= 64")
     if cfg.sandbox.workers < 0:
         errors.append(f"sandbox.workers must be >= 0 (0 = one per CPU core), got {cfg.sandbox.workers}")
+    c = cfg.cluster
+    if c.learner_workers < 1 or c.rollout_replicas < 1 or c.sandbox_batch < 1 or c.num_cpus < 0:
+        errors.append("cluster: learner_workers, rollout_replicas and sandbox_batch must be >= 1, num_cpus >= 0")
+    if c.gpus_per_worker < 0 or c.cpus_per_worker <= 0:
+        errors.append("cluster: gpus_per_worker must be >= 0 and cpus_per_worker > 0")
+    if cfg.engine.backend == "ray" and cfg.engine.kind == "scripted":
+        errors.append("engine.backend=ray needs engine.kind=transformers (the scripted fake runs locally)")
     if cfg.data.problems_per_step < 1 or cfg.train.steps < 1 or cfg.train.save_every < 1:
         errors.append("data.problems_per_step, train.steps and train.save_every must be >= 1")
     if cfg.train.keep_last < 1:
