@@ -193,6 +193,7 @@ def run(args: argparse.Namespace) -> int:
 def _train(cfg: RunConfig, run_dir: Path, resume: bool, held: ExitStack) -> Any:
     """Load data, models and the sandbox, then (new runs) create the run directory, and train."""
     from codea1.data.problems import DataError, load_problems
+    from codea1.engine.base import EngineFailure
     from codea1.engine.build import rollout_engine
     from codea1.sandbox.pool import Sandbox, SandboxUnavailable
     from codea1.trainer import Trainer, TrainingOutOfMemory
@@ -222,6 +223,8 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, held: ExitStack) -> Any:
     if not resume and cfg.engine.kind == "scripted":
         byte_lengths(cfg)
     models = build_models(cfg, problems, rollout=sampler)
+    if hasattr(models, "close"):  # remote engines (engine.backend=ray): stop their actors at the end
+        held.callback(models.close)
     try:
         sandbox = held.enter_context(Sandbox(cfg.sandbox))
     except SandboxUnavailable as e:
@@ -238,3 +241,6 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, held: ExitStack) -> Any:
         return trainer.run(resume=resume)
     except TrainingOutOfMemory as e:
         raise CliError(str(e)) from None
+    except EngineFailure as e:
+        raise CliError(f"training stopped: {e}; the last checkpoint is intact, continue with "
+                       f"codea1 train --resume {run_dir}") from None

@@ -31,6 +31,9 @@ class SamplingParams:
     seed: int | None = None
     batch_size: int = 0
     """Sequences generated together in one batch (0 = the engine's default)."""
+    first_prompt: int = 0
+    """Index of this call's first prompt in the whole request, when a request is split across
+    rollout replicas: per-request seeds use the whole request's prompt index."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,11 @@ LossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 ``normalizer`` (a ``codea1.core.losses.LossNormalizer``) holds the counts of the whole mini-batch
 across micro-batches and data-parallel ranks; the returned loss is then this slice's share of the
 mini-batch loss (shares add up). A learner that cuts the batch must pass it."""
+
+
+class EngineFailure(RuntimeError):
+    """A remote part of the engine (an actor of the Ray backend) failed; the step cannot finish.
+    The run's last checkpoint is intact and ``--resume`` continues from it."""
 
 
 class Policy(Protocol):

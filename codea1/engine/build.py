@@ -65,6 +65,8 @@ def build(cfg: RunConfig, problems: Sequence[Problem] = (), *, rollout: str | No
 
         return scripted_roles(problems, seed=cfg.train.seed, shared=shared)
     sampler = rollout or rollout_engine(cfg.engine)[0]
+    if cfg.engine.backend == "ray":
+        return build_on_ray(cfg, sampler, shared)
     from codea1.engine.hf_local import build_roles
     from codea1.engine.loading import ModelLoadError
 
@@ -76,7 +78,7 @@ def build(cfg: RunConfig, problems: Sequence[Problem] = (), *, rollout: str | No
             keep_reference=cfg.loss.kl_coef > 0, aggregation=cfg.loss.aggregation,
             entropy=cfg.loss.entropy_coef > 0, batch_size=cfg.coder.sampling.batch_size,
             # with vLLM sampling, the transformers side needs no merged rollout copy
-            rollout="unmerged" if sampler == "vllm" else "merged",
+            rollout="unmerged" if sampler == "vllm" else "merged", seed=cfg.train.seed,
         )  # fmt: skip
         if sampler == "vllm":
             from codea1.engine.vllm_local import VLLMStartError, attach_vllm
@@ -88,3 +90,20 @@ def build(cfg: RunConfig, problems: Sequence[Problem] = (), *, rollout: str | No
     except (ModelLoadError, ValueError) as e:
         raise EngineBuildError(str(e)) from None
     return roles
+
+
+def build_on_ray(cfg: RunConfig, sampler: str, shared: bool) -> Any:
+    """The roles as Ray actors (``engine.backend: ray``, see ``engine/ray_cluster``)."""
+    from codea1.engine.base import EngineFailure
+    from codea1.engine.loading import ModelLoadError
+    from codea1.engine.ray_cluster import RayUnavailable, build_ray_roles
+    from codea1.engine.vllm_local.roles import VLLMStartError
+
+    schedules = {
+        "coder": (per_update(cfg.coder.optim), optimizer_steps(cfg)),
+        "tester": (per_update(cfg.tester.optim), optimizer_steps(cfg)),
+    }
+    try:
+        return build_ray_roles(cfg, rollout=sampler, shared=shared, schedules=schedules)
+    except (RayUnavailable, EngineFailure, ModelLoadError, VLLMStartError, ValueError) as e:
+        raise EngineBuildError(str(e)) from None

@@ -24,6 +24,15 @@ from codea1.config import OptimConfig
 from codea1.core.losses import ADDITIVE_STATS, LossNormalizer
 from codea1.engine.base import LossFn, TrainBatch
 from codea1.engine.hf_local.logprobs import padded_values, response_logprobs
+from codea1.engine.hf_local.sharded_state import (
+    DCP_DIR,
+    full_tensors,
+    is_sharded,
+    load_full_optimizer,
+    load_sharded_optimizer,
+    load_weights_into,
+    save_sharded,
+)
 
 WEIGHTS_FILE = "weights.safetensors"
 STATE_FILE = "optimizer.pt"
@@ -44,6 +53,22 @@ def global_normalizer(local: LossNormalizer, device: torch.device) -> tuple[Loss
     counts = torch.tensor([local.tokens, local.sequences], dtype=torch.int64, device=device)
     torch.distributed.all_reduce(counts)
     return LossNormalizer(tokens=int(counts[0]), sequences=int(counts[1])), ranks
+
+
+def micro_batch_starts(size: int, micro: int, device: torch.device | None = None) -> range:
+    """Start offsets of the micro-batches of a batch of ``size`` sequences.
+
+    Under ``torch.distributed`` with sharded parameters every rank must run as many forward and
+    backward passes as the others, so the count is the largest over the ranks; a rank whose share
+    is shorter gets starts past its end, where the learner runs a filler pass that adds nothing.
+    """
+    count = -(-size // micro)
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        if torch.distributed.get_world_size() > 1:
+            most = torch.tensor([count], dtype=torch.int64, device=device)
+            torch.distributed.all_reduce(most, op=torch.distributed.ReduceOp.MAX)
+            count = int(most[0])
+    return range(0, count * micro, micro)
 
 
 def lr_factor(step: int, warmup_steps: int, total_steps: int, min_lr_ratio: float) -> float:
@@ -101,14 +126,18 @@ class HFLearner:
         out: list[tuple[float, ...]] = []
         size = self.optim_cfg.micro_batch_size
         with torch.no_grad():
-            for lo in range(0, len(batch), size):
+            device = next(self.weights.train_model().parameters()).device
+            for lo in micro_batch_starts(len(batch), size, device):
                 prompts, comps = batch.prompt_ids[lo : lo + size], batch.completion_ids[lo : lo + size]
+                if not comps:  # a filler pass: this rank's share ran out (see micro_batch_starts)
+                    prompts, comps = [(self.pad_id,)], [(self.pad_id,)]
                 if reference:
                     with self.weights.reference_model() as model:
                         lp, _, _ = self._score(model, prompts, comps, with_grad=False)
                 else:
                     lp, _, _ = self._score(self.weights.train_model(), prompts, comps, with_grad=False)
-                out.extend(tuple(lp[i, : len(c)].tolist()) for i, c in enumerate(comps))
+                if lo < len(batch):
+                    out.extend(tuple(lp[i, : len(c)].tolist()) for i, c in enumerate(comps))
         return out
 
     def _score(self, model: Any, prompts: Any, comps: Any, with_grad: bool) -> Any:
@@ -135,7 +164,7 @@ class HFLearner:
         device = next(model.parameters()).device
         local = LossNormalizer.of_lengths(len(c) for c in batch.completion_ids)
         normalizer, ranks = global_normalizer(local, device)
-        if len(batch) == 0 or normalizer.tokens == 0:
+        if normalizer.tokens == 0:
             raise ValueError("train_step needs at least one completion token")
         old = batch.old_logprobs if batch.old_logprobs is not None else self.logprobs(batch)
         lr = self.scheduler.get_last_lr()[0]
@@ -144,9 +173,13 @@ class HFLearner:
         loss_sum, sums = 0.0, {}
         try:
             size = self.optim_cfg.micro_batch_size
-            for lo in range(0, len(batch), size):
+            for lo in micro_batch_starts(len(batch), size, device):
                 sl = slice(lo, lo + size)
                 comps = batch.completion_ids[sl]
+                if not comps:  # a filler pass: sharded layers need every rank's forward and backward
+                    lp, _, _ = self._score(model, [(self.pad_id,)], [(self.pad_id,)], with_grad=True)
+                    (lp.sum() * 0.0).backward()
+                    continue
                 lp, ent, mask = self._score(model, batch.prompt_ids[sl], comps, with_grad=True)
                 width = lp.shape[1]
                 ref = batch.ref_logprobs
@@ -175,7 +208,10 @@ class HFLearner:
         finally:
             model.eval()
         clip = self.optim_cfg.grad_clip if self.optim_cfg.grad_clip > 0 else float("inf")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(list(self.params.values()), clip))
+        total_norm = torch.nn.utils.clip_grad_norm_(list(self.params.values()), clip)
+        if hasattr(total_norm, "full_tensor"):  # sharded parameters (FSDP2): the norm is a DTensor
+            total_norm = total_norm.full_tensor()
+        grad_norm = float(total_norm)
         skipped = not math.isfinite(grad_norm)
         if skipped:
             self.optimizer.zero_grad(set_to_none=True)
@@ -188,12 +224,17 @@ class HFLearner:
         return result
 
     def named_weights(self) -> dict[str, torch.Tensor]:
-        """The trainable tensors by name, detached, not copied (full weights or the adapter's LoRA)."""
-        return {n: p.detach() for n, p in self.params.items()}
+        """The trainable tensors by name, detached, not copied (full weights or the adapter's LoRA).
+        Sharded parameters are gathered whole: every rank must call this."""
+        return full_tensors(self.params)
 
     def save(self, path: Path) -> None:
-        """Write trainable weights (safetensors) and optimizer + scheduler state under ``path``."""
+        """Write trainable weights (safetensors) and optimizer + scheduler state under ``path``
+        (sharded parameters: every rank calls this, see ``sharded_state.py``)."""
         path = Path(path)
+        if any(is_sharded(p) for p in self.params.values()):
+            save_sharded(self, path, _atomic)
+            return
         path.mkdir(parents=True, exist_ok=True)
         tensors = {n: p.detach().to("cpu").contiguous() for n, p in self.params.items()}
         _atomic(path / WEIGHTS_FILE, lambda tmp: save_file(tensors, str(tmp)))
@@ -210,10 +251,14 @@ class HFLearner:
             raise ValueError(
                 f"{path / WEIGHTS_FILE} lacks {len(missing)} trainable tensors, e.g. {missing[0]}"
             )
-        with torch.no_grad():
-            for name, p in self.params.items():
-                p.copy_(tensors[name].to(p.device, p.dtype))
+        load_weights_into(self.params, tensors)
+        if not (path / STATE_FILE).is_file() and (path / DCP_DIR).is_dir():  # saved by sharded ranks
+            load_sharded_optimizer(self, path)
+            return
         state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
+        if any(is_sharded(p) for p in self.params.values()):
+            load_full_optimizer(self, state)
+            return
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
 

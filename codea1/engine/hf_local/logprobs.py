@@ -60,6 +60,48 @@ def _head_logprobs(
     return token, entropy
 
 
+class ResponseScorer(torch.nn.Module):
+    """Decoder once, then the output head over selected positions in chunks: the one forward pass
+    of :func:`response_logprobs`. As a module of its own it can be the root of FSDP2 sharding
+    (``fsdp.py``), so that the root's hooks gather the embeddings and the head around it."""
+
+    def __init__(self, causal_lm: Any) -> None:
+        super().__init__()
+        self.causal_lm = causal_lm
+
+    def forward(
+        self, ids: torch.Tensor, attn: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor,
+        temperature: float, chunk: int, with_grad: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+        """Log-probs and entropies of the tokens at ``pos + 1`` of ``rows``, given their prefixes."""
+        decoder = self.causal_lm.get_decoder()
+        head = self.causal_lm.get_output_embeddings()
+        softcap = getattr(self.causal_lm.config, "final_logit_softcapping", None)
+        hidden = decoder(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state
+        h = hidden[rows, pos]
+        targets = ids[rows, pos + 1]
+        lps, ents = [], []
+        for s in range(0, len(rows), max(1, chunk)):
+            hs, ts = h[s : s + chunk], targets[s : s + chunk]
+            if with_grad:
+                lp, ent = checkpoint(_head_logprobs, head, hs, ts, temperature, softcap, use_reentrant=False)
+            else:
+                lp, ent = _head_logprobs(head, hs, ts, temperature, softcap)
+            lps.append(lp)
+            ents.append(ent)
+        return torch.cat(lps), torch.cat(ents)
+
+
+SCORER_ATTRIBUTE = "_codea1_scorer"
+"""Where a sharded causal LM keeps its :class:`ResponseScorer` (set without registering it as a
+submodule, which would make a cycle)."""
+
+
+def scorer_of(causal_lm: Any) -> ResponseScorer:
+    """The causal LM's own scorer when it was sharded, else a fresh one around it."""
+    return causal_lm.__dict__.get(SCORER_ATTRIBUTE) or ResponseScorer(causal_lm)
+
+
 def response_logprobs(
     causal_lm: Any,
     prompt_ids: Sequence[Sequence[int]],
@@ -79,11 +121,6 @@ def response_logprobs(
     """
     device = next(causal_lm.parameters()).device
     ids, attn = right_padded(prompt_ids, completion_ids, pad_id, device)
-    decoder = causal_lm.get_decoder()
-    head = causal_lm.get_output_embeddings()
-    softcap = getattr(causal_lm.config, "final_logit_softcapping", None)
-    hidden = decoder(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state
-
     rows, cols, pos = [], [], []
     for b, (p, c) in enumerate(zip(prompt_ids, completion_ids, strict=True)):
         for i in range(len(c)):
@@ -99,19 +136,9 @@ def response_logprobs(
     r = torch.tensor(rows, device=device)
     c = torch.tensor(cols, device=device)
     p = torch.tensor(pos, device=device)
-    h = hidden[r, p]
-    targets = ids[r, p + 1]
-    lps, ents = [], []
-    for s in range(0, len(rows), max(1, chunk)):
-        hs, ts = h[s : s + chunk], targets[s : s + chunk]
-        if with_grad:
-            lp, ent = checkpoint(_head_logprobs, head, hs, ts, temperature, softcap, use_reentrant=False)
-        else:
-            lp, ent = _head_logprobs(head, hs, ts, temperature, softcap)
-        lps.append(lp)
-        ents.append(ent)
-    out_lp = out_lp.index_put((r, c), torch.cat(lps))
-    out_ent = out_ent.index_put((r, c), torch.cat(ents))
+    lp, ent = scorer_of(causal_lm)(ids, attn, r, p, temperature, chunk, with_grad)
+    out_lp = out_lp.index_put((r, c), lp)
+    out_ent = out_ent.index_put((r, c), ent)
     mask[r, c] = 1.0
     return out_lp, out_ent, mask
 

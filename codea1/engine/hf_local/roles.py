@@ -58,13 +58,15 @@ def build_roles(
     entropy: bool = False,
     batch_size: int = 16,
     rollout: Literal["merged", "unmerged"] = "merged",
+    seed: int = 0,
 ) -> Roles:
     """Load the model(s) named by ``engine_cfg`` and wire each role's policy and learner.
 
     ``total_steps`` is the number of optimizer steps of each learner (for the lr schedule).
     ``keep_reference`` keeps the frozen reference (pass ``kl_coef > 0``); ``aggregation`` is the
     loss's aggregation (sets micro-batch weighting); ``entropy`` passes per-token entropy to the
-    loss; ``batch_size`` is the default generation batch; ``rollout`` applies to adapters mode.
+    loss; ``batch_size`` is the default generation batch; ``rollout`` applies to adapters mode;
+    ``seed`` draws the LoRA adapters' initial weights (the same in every process that builds them).
     """
     if shared and temperature_coder != temperature_tester:
         raise ValueError("shared=True needs one sampling temperature for both roles (the learner is shared)")
@@ -102,7 +104,7 @@ def build_roles(
             f"tester_model={tester_spec!r} differ; use engine.mode=separate"
         )
     plain = copy.deepcopy(model).requires_grad_(False) if rollout == "merged" else None
-    peft_model = with_adapters(model, engine_cfg, ["coder"] if shared else ["coder", "tester"])
+    peft_model = with_adapters(model, engine_cfg, ["coder"] if shared else ["coder", "tester"], seed=seed)
     sampler: Any = (
         PeftRollout(peft_model)
         if plain is None
@@ -136,8 +138,9 @@ def load_trainable(engine_cfg: EngineConfig, spec: str) -> tuple[Any, Any]:
     return model, tok
 
 
-def with_adapters(model: Any, engine_cfg: EngineConfig, names: list[str]) -> Any:
-    """``model`` frozen and wrapped as a peft model with one LoRA adapter per name (eval mode)."""
+def with_adapters(model: Any, engine_cfg: EngineConfig, names: list[str], seed: int = 0) -> Any:
+    """``model`` frozen and wrapped as a peft model with one LoRA adapter per name (eval mode); the
+    adapters' initial weights are drawn from ``seed`` (the global RNG is left untouched)."""
     from peft import LoraConfig, get_peft_model
 
     config = LoraConfig(
@@ -148,9 +151,11 @@ def with_adapters(model: Any, engine_cfg: EngineConfig, names: list[str]) -> Any
         task_type="CAUSAL_LM",
     )
     model.requires_grad_(False)
-    peft_model = get_peft_model(model, config, adapter_name=names[0])
-    for name in names[1:]:
-        peft_model.add_adapter(name, config)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        peft_model = get_peft_model(model, config, adapter_name=names[0])
+        for name in names[1:]:
+            peft_model.add_adapter(name, config)
     peft_model.eval()
     return peft_model
 

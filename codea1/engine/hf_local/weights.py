@@ -32,6 +32,10 @@ class FullWeights:
         """The causal LM to run with gradients."""
         return self.model
 
+    def owner(self) -> Any:
+        """The module whose parameter names :meth:`trainable` uses."""
+        return self.model
+
     def trainable(self) -> dict[str, torch.nn.Parameter]:
         """Trainable parameters by name (tied weights appear once)."""
         return {n: p for n, p in self.model.named_parameters() if p.requires_grad}
@@ -55,6 +59,10 @@ class AdapterWeights:
         """The causal LM with this role's adapter active (peft marks only it trainable)."""
         self.peft_model.set_adapter(self.adapter)
         return self.peft_model.get_base_model()
+
+    def owner(self) -> Any:
+        """The module whose parameter names :meth:`trainable` uses (the peft model)."""
+        return self.peft_model
 
     def trainable(self) -> dict[str, torch.nn.Parameter]:
         """This adapter's LoRA parameters by name."""

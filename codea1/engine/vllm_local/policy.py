@@ -174,7 +174,7 @@ class VLLMPolicy:
                 top_p=params.top_p,
                 top_k=params.top_k if params.top_k > 0 else -1,
                 max_tokens=params.max_new_tokens,
-                seed=None if params.seed is None else request_seed(params.seed, i, j),
+                seed=None if params.seed is None else request_seed(params.seed, params.first_prompt + i, j),
                 logprobs=0,
                 stop_token_ids=sorted(self.eos_ids),
                 detokenize=False,

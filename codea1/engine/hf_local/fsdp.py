@@ -1,0 +1,41 @@
+"""FSDP2 sharding of a transformers causal LM (or the base of a peft model) over the default
+``torch.distributed`` group: each decoder layer is one ``fully_shard`` unit, then the root (the
+embeddings, the final norm and a tied or untied output head).
+
+Imports: torch, this package's logprobs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from codea1.engine.hf_local.logprobs import SCORER_ATTRIBUTE, ResponseScorer
+
+
+def decoder_layers(model: Any) -> torch.nn.ModuleList:
+    """The decoder layers of a causal LM: its ``ModuleList`` with ``num_hidden_layers`` entries."""
+    count = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+    for module in model.modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) == count:
+            return module
+    raise ValueError(f"{type(model).__name__}: no list of {count} decoder layers to shard")
+
+
+def shard(model: Any) -> Any:
+    """Shard ``model`` in place with FSDP2 (a peft model: its base, adapters included); returns it.
+
+    The root of the sharding is the causal LM's :class:`ResponseScorer`, the module whose forward
+    the learner runs (decoder, then the output head in chunks), kept on the causal LM so that
+    ``response_logprobs`` finds it.
+    """
+    from torch.distributed.fsdp import fully_shard
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    for layer in decoder_layers(base):
+        fully_shard(layer)
+    scorer = ResponseScorer(base)
+    fully_shard(scorer)
+    object.__setattr__(base, SCORER_ATTRIBUTE, scorer)
+    return model

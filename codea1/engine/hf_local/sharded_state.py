@@ -1,0 +1,112 @@
+"""Learner state that survives a change of world size: full weights, sharded optimizer state.
+
+A learner whose parameters are sharded with FSDP2 (DTensors) saves its trainable weights whole
+(``weights.safetensors``, gathered, written by rank 0: what evaluation and export read) and its
+optimizer state sharded with ``torch.distributed.checkpoint`` (``dcp/``, each rank writing its
+own shards), plus the scheduler (``scheduler.pt``). ``torch.distributed.checkpoint`` reshards on
+load, so such a checkpoint resumes with any number of ranks, and in one process without
+``torch.distributed`` (the local backend). Conversely a sharded learner loads a one-process
+checkpoint (``optimizer.pt``) by naming its optimizer state and scattering it.
+
+Imports: torch, safetensors.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+DCP_DIR = "dcp"
+SCHEDULER_FILE = "scheduler.pt"
+
+
+def is_sharded(tensor: Any) -> bool:
+    """True for a DTensor (a parameter sharded by FSDP2)."""
+    return hasattr(tensor, "full_tensor") and hasattr(tensor, "device_mesh")
+
+
+def full_tensors(params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Every tensor whole, detached (a collective when sharded: every rank must call it)."""
+    return {n: (p.full_tensor() if is_sharded(p) else p).detach() for n, p in params.items()}
+
+
+def rank() -> int:
+    """This process's rank (0 without ``torch.distributed``)."""
+    dist = torch.distributed
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def barrier() -> None:
+    """Wait for every rank (nothing without ``torch.distributed``)."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def save_sharded(learner: Any, path: Path, write_atomic: Any) -> None:
+    """Write ``learner``'s state under ``path`` (every rank calls this; see the module docstring)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    path.mkdir(parents=True, exist_ok=True)
+    weights = {n: t.to("cpu").contiguous() for n, t in full_tensors(learner.params).items()}
+    optim = get_optimizer_state_dict(learner.weights.owner(), learner.optimizer)
+    dcp.save({"optim": optim}, checkpoint_id=str(path / DCP_DIR))
+    if rank() == 0:
+        write_atomic(path / "weights.safetensors", lambda tmp: save_file(weights, str(tmp)))
+        state = learner.scheduler.state_dict()
+        write_atomic(path / SCHEDULER_FILE, lambda tmp: torch.save(state, tmp))
+    barrier()
+
+
+def load_weights_into(params: dict[str, torch.Tensor], tensors: dict[str, torch.Tensor]) -> None:
+    """Copy whole tensors into (possibly sharded) parameters of the same names."""
+    from torch.distributed.tensor import distribute_tensor
+
+    with torch.no_grad():
+        for name, p in params.items():
+            value = tensors[name]
+            if is_sharded(p):
+                local = distribute_tensor(value.to(p.dtype), p.device_mesh, p.placements)
+                p.to_local().copy_(local.to_local().to(p.to_local().device))
+            else:
+                p.copy_(value.to(p.device, p.dtype))
+
+
+def load_sharded_optimizer(learner: Any, path: Path) -> None:
+    """Restore optimizer and scheduler state from ``dcp/`` and ``scheduler.pt`` (any world size)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+
+    module = learner.weights.owner()
+    state = {"optim": get_optimizer_state_dict(module, learner.optimizer)}
+    dcp.load(state, checkpoint_id=str(path / DCP_DIR))
+    set_optimizer_state_dict(module, learner.optimizer, optim_state_dict=state["optim"])
+    learner.scheduler.load_state_dict(torch.load(path / SCHEDULER_FILE, map_location="cpu", weights_only=True))
+
+
+def load_full_optimizer(learner: Any, state: dict[str, Any]) -> None:
+    """Restore a one-process optimizer state (``optimizer.state_dict()``: parameters by position)
+    into a learner whose parameters may be sharded: positions become parameter names, then the
+    named state is scattered to the shards."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    names = list(learner.params)
+    optim = state["optimizer"]
+    named = {
+        "state": {names[int(i)]: v for i, v in optim["state"].items()},
+        "param_groups": [{**g, "params": [names[int(i)] for i in g["params"]]} for g in optim["param_groups"]],
+    }
+    set_optimizer_state_dict(
+        learner.weights.owner(), learner.optimizer, optim_state_dict=named,
+        options=StateDictOptions(full_state_dict=True),
+    )  # fmt: skip
+    learner.scheduler.load_state_dict(state["scheduler"])
+
+
+def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """The whole trainable tensors of a checkpoint's role directory."""
+    return load_file(str(path / "weights.safetensors"))

@@ -1,0 +1,116 @@
+"""A role's learner group seen from the driver: one :class:`~codea1.engine.base.Learner` whose
+work runs on ``cluster.learner_workers`` Ray actors (:class:`LearnerWorker`) forming one FSDP2
+group.
+
+A batch is cut into contiguous shares, one per rank; log-probs come back in batch order; an
+update's statistics are merged as if one process had run it. ``named_weights`` leaves the gathered
+weights in the Ray object store (:class:`RemoteWeights`), so a weight sync moves them from rank 0
+to the replicas without passing through the driver.
+
+Imports: ray (lazily), config, engine.base, this package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from codea1.config import OptimConfig, RunConfig
+from codea1.engine.base import LossFn, TrainBatch
+from codea1.engine.ray_cluster.learner_worker import LearnerWorker
+from codea1.engine.ray_cluster.placement import Layout
+from codea1.engine.ray_cluster.session import gather, import_ray
+from codea1.engine.ray_cluster.shares import batch_slice, merge_step_stats, spans
+
+
+class RemoteWeights(Mapping[str, torch.Tensor]):
+    """Weights held in the Ray object store; ``ref`` travels to actors, reading fetches them."""
+
+    def __init__(self, ref: Any) -> None:
+        self.ref = ref
+        self._local: dict[str, torch.Tensor] | None = None
+
+    def _fetch(self) -> dict[str, torch.Tensor]:
+        if self._local is None:
+            self._local = import_ray().get(self.ref)
+        return self._local
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self._fetch()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._fetch())
+
+    def __len__(self) -> int:
+        return len(self._fetch())
+
+
+class RayLearnerGroup:
+    """The :class:`~codea1.engine.base.Learner` of one role over a group of Ray actors."""
+
+    def __init__(
+        self, cfg: RunConfig, role: str, layout: Layout, optim: OptimConfig, total_steps: int, *, shared: bool
+    ) -> None:
+        ray = import_ray()
+        self.role = role
+        self.what = f"{role} learner group"
+        self.adapter: str | None = role if cfg.engine.mode == "adapters" else None
+        self.weighting = "tokens" if cfg.loss.aggregation == "token-mean" else "sequences"
+        self.last_stats: dict[str, float] = {}
+        world = cfg.cluster.learner_workers
+        remote = ray.remote(LearnerWorker)
+        self.workers = [
+            remote.options(**layout.options(role, "learner", r)).remote(cfg, role, r, world, shared)
+            for r in range(world)
+        ]
+        master = gather([self.workers[0].address.remote()], self.what)[0]
+        gather([w.setup.remote(master, optim, total_steps) for w in self.workers], self.what)
+
+    def _shares(self, batch: TrainBatch) -> list[TrainBatch]:
+        return [batch_slice(batch, lo, hi) for lo, hi in spans(len(batch), len(self.workers))]
+
+    def logprobs(self, batch: TrainBatch, reference: bool = False) -> list[tuple[float, ...]]:
+        """Per-token log-probs of the completions, computed by the ranks on their shares."""
+        parts = gather(
+            [w.logprobs.remote(s, reference) for w, s in zip(self.workers, self._shares(batch), strict=True)],
+            self.what,
+        )
+        return [lp for part in parts for lp in part]
+
+    def train_step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
+        """One optimizer step over ``batch``, each rank updating on its share."""
+        shares = self._shares(batch)
+        stats = gather(
+            [w.train_step.remote(s, loss_fn) for w, s in zip(self.workers, shares, strict=True)], self.what
+        )
+        weights = [
+            float(sum(len(c) for c in s.completion_ids)) if self.weighting == "tokens" else float(len(s))
+            for s in shares
+        ]
+        self.last_stats = merge_step_stats(stats, weights)
+        return self.last_stats
+
+    def named_weights(self) -> RemoteWeights:
+        """The whole trainable tensors, gathered by rank 0 and left in the object store."""
+        refs = [w.named_weights.remote() for w in self.workers]
+        gather(refs[1:], self.what)  # the other ranks took part in the gather; surfaces failures
+        import_ray().wait(refs[:1])
+        return RemoteWeights(refs[0])
+
+    def save(self, path: Path) -> None:
+        """Every rank writes its part of ``path`` (a directory every node can reach)."""
+        gather([w.save.remote(str(path)) for w in self.workers], self.what)
+
+    def load(self, path: Path) -> None:
+        """Every rank restores ``path`` (saved by any number of ranks or by the local backend)."""
+        gather([w.load.remote(str(path)) for w in self.workers], self.what)
+
+    def close(self) -> None:
+        """Stop the group's actors."""
+        ray = import_ray()
+        for w in self.workers:
+            ray.kill(w)
+        self.workers = []

@@ -1,0 +1,118 @@
+"""One rank of a role's learner group: a Ray actor holding an FSDP2 shard of the role's model.
+
+The driver creates ``cluster.learner_workers`` of these per trained role, asks rank 0 for an
+address, then starts ``torch.distributed`` on all of them (gloo on CPU, NCCL on CUDA). Each rank
+builds the role's model and frozen reference exactly as the local backend does (same files, same
+seed for LoRA initialisation), shards both with FSDP2, and wraps them in the same
+:class:`~codea1.engine.hf_local.HFLearner`; the loss normaliser and the micro-batch count are
+agreed over the group, so an update equals the one-process update on the whole batch.
+
+Imports: torch, config, engine.base, engine.build (schedules), engine.hf_local.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from codea1.config import RunConfig
+from codea1.engine.base import LossFn, TrainBatch
+from codea1.engine.hf_local import HFLearner
+from codea1.engine.hf_local.fsdp import shard
+from codea1.engine.hf_local.roles import load_trainable, with_adapters
+from codea1.engine.hf_local.weights import AdapterWeights, FullWeights
+
+
+def role_model_spec(cfg: RunConfig, role: str) -> str:
+    """The model a role trains (the tester's defaults to the coder's)."""
+    engine = cfg.engine
+    return (engine.tester_model or engine.coder_model) if role == "tester" else engine.coder_model
+
+
+class LearnerWorker:
+    """The body of a learner rank (wrapped with ``ray.remote`` by the learner group)."""
+
+    def __init__(self, cfg: RunConfig, role: str, rank: int, world: int, shared: bool) -> None:
+        self.cfg, self.role, self.rank, self.world, self.shared = cfg, role, rank, world, shared
+        self.learner: HFLearner | None = None
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+    def address(self) -> tuple[str, int]:
+        """An address and a free port on this node, for the group's rendezvous (rank 0's)."""
+        import ray
+
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        return ray.util.get_node_ip_address(), port
+
+    def setup(self, master: tuple[str, int], optim: Any, total_steps: int) -> int:
+        """Join the group, build and shard the role's model, create its learner; returns the
+        number of trainable tensors."""
+        from codea1.engine.build import shares_one_model
+
+        cuda = self.cfg.cluster.gpus_per_worker > 0 and torch.cuda.is_available()
+        engine = self.cfg.engine
+        engine.device = "cuda" if cuda else "cpu"
+        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = master[0], str(master[1])
+        torch.distributed.init_process_group(
+            "nccl" if cuda else "gloo", rank=self.rank, world_size=self.world
+        )
+        if cuda:
+            torch.cuda.set_device(0)
+        model, tokenizer = load_trainable(engine, role_model_spec(self.cfg, self.role))
+        keep_reference = self.cfg.loss.kl_coef > 0
+        if engine.mode == "separate":
+            weights: Any = FullWeights(model, keep_reference)
+            shard(weights.model)
+            if weights.reference is not None:
+                shard(weights.reference)
+        else:
+            names = ["coder"] if shares_one_model(self.cfg) else ["coder", "tester"]
+            weights = AdapterWeights(with_adapters(model, engine, names, seed=self.cfg.train.seed), self.role)
+            weights.train_model()  # settles which adapter is trainable before sharding
+            shard(weights.peft_model)
+        sampling = getattr(self.cfg, self.role).sampling
+        self.learner = HFLearner(
+            weights, optim, total_steps, temperature=sampling.temperature, pad_id=tokenizer.pad_token_id,
+            logprob_chunk=engine.logprob_chunk, aggregation=self.cfg.loss.aggregation,
+            entropy=self.cfg.loss.entropy_coef > 0,
+        )  # fmt: skip
+        return len(self.learner.params)
+
+    def _learner(self) -> HFLearner:
+        if self.learner is None:
+            raise RuntimeError("LearnerWorker.setup was not called")
+        return self.learner
+
+    def logprobs(self, batch: TrainBatch, reference: bool) -> list[tuple[float, ...]]:
+        """Per-token log-probs of this rank's share of a batch."""
+        return self._learner().logprobs(batch, reference=reference)
+
+    def train_step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
+        """This rank's part of one optimizer step (gradients are reduced over the group)."""
+        return self._learner().train_step(batch, loss_fn)
+
+    def named_weights(self) -> dict[str, torch.Tensor] | None:
+        """The whole trainable tensors on rank 0 (on CPU), None on the others (all must call)."""
+        weights = self._learner().named_weights()
+        if self.rank != 0:
+            return None
+        return {n: t.to("cpu") for n, t in weights.items()}
+
+    def save(self, path: str) -> None:
+        """Write this rank's part of the role's checkpoint directory (all ranks call)."""
+        self._learner().save(Path(path))
+
+    def load(self, path: str) -> None:
+        """Restore a checkpoint written by any number of ranks, or by the local backend."""
+        self._learner().load(Path(path))
+
+    def close(self) -> None:
+        """Leave the process group."""
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()

@@ -1,0 +1,114 @@
+"""Rollout replicas seen from the driver: one :class:`~codea1.engine.base.Policy` per role whose
+sampling runs on ``cluster.rollout_replicas`` Ray actors.
+
+A call's prompts are cut into contiguous shares, one per replica, each told where its share starts
+(``SamplingParams.first_prompt``), so that per-request seeds — and with vLLM the completions — do
+not depend on the number of replicas. Weights are put in the object store once and every replica
+loads them from there.
+
+Imports: ray (lazily), config, engine.base, engine.loading, this package.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from codea1.config import RunConfig
+from codea1.engine.base import Completion, SamplingParams
+from codea1.engine.loading import load_tokenizer, model_location
+from codea1.engine.ray_cluster.learner_group import RemoteWeights
+from codea1.engine.ray_cluster.placement import Layout
+from codea1.engine.ray_cluster.rollout_replica import RolloutReplica
+from codea1.engine.ray_cluster.session import gather, import_ray
+from codea1.engine.ray_cluster.shares import spans
+
+
+class ReplicaGroup:
+    """The replicas of one model (one role, or both roles sharing a base)."""
+
+    def __init__(
+        self, cfg: RunConfig, name: str, spec: str, roles: Sequence[str], engine: str, layout: Layout
+    ) -> None:
+        ray = import_ray()
+        self.what = f"{name} rollout replicas"
+        remote = ray.remote(RolloutReplica)
+        self.replicas = [
+            remote.options(**layout.options(name, "replica", i)).remote(cfg, spec, list(roles), engine)
+            for i in range(cfg.cluster.rollout_replicas)
+        ]
+        self.tokenizer = load_tokenizer(model_location(spec, cfg.engine.cache_dir))
+        self.sync_seconds = 0.0
+
+    def generate(self, role: str, prompts: Sequence[str], params: SamplingParams) -> tuple[list[Completion], dict]:
+        """Every replica samples its share; completions come back in prompt order."""
+        start = time.perf_counter()
+        cuts = spans(len(prompts), len(self.replicas))
+        refs = [
+            replica.generate.remote(role, list(prompts[lo:hi]), dataclasses.replace(params, first_prompt=lo))
+            for replica, (lo, hi) in zip(self.replicas, cuts, strict=True)
+            if hi > lo
+        ]
+        parts = gather(refs, self.what)
+        out: list[Completion] = []
+        for (lo, _), (completions, _) in zip([c for c in cuts if c[1] > c[0]], parts, strict=True):
+            out.extend(dataclasses.replace(c, prompt_index=c.prompt_index + lo) for c in completions)
+        seconds = time.perf_counter() - start
+        new_tokens = sum(len(c.completion_ids) for c in out)
+        stats = {
+            "sequences": float(len(out)),
+            "new_tokens": float(new_tokens),
+            "seconds": seconds,
+            "tokens_per_s": new_tokens / seconds if seconds > 0 else 0.0,
+        }
+        return out, stats
+
+    def send(self, method: str, *args: Any, weights: Mapping[str, torch.Tensor]) -> None:
+        """Call ``method(*args, weights)`` on every replica with the weights put in the store once."""
+        start = time.perf_counter()
+        ref = weights.ref if isinstance(weights, RemoteWeights) else import_ray().put(dict(weights))
+        gather([getattr(r, method).remote(*args, ref) for r in self.replicas], self.what)
+        self.sync_seconds = time.perf_counter() - start
+
+    def close(self) -> None:
+        """Stop the replicas."""
+        ray = import_ray()
+        for r in self.replicas:
+            ray.kill(r)
+        self.replicas = []
+
+
+class RayPolicy:
+    """The :class:`~codea1.engine.base.Policy` of one role on a :class:`ReplicaGroup`."""
+
+    def __init__(self, group: ReplicaGroup, role: str, engine: str) -> None:
+        self.group, self.role, self.name = group, role, engine
+        self.tokenizer = group.tokenizer
+        self.last_stats: dict[str, float] = {}
+
+    def render(self, messages: Sequence[dict[str, str]]) -> str:
+        """Apply the chat template (with the generation prompt) and return the prompt text."""
+        return self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+
+    def count_tokens(self, text: str) -> int:
+        """Number of tokens of ``text`` (no special tokens added: the template already has them)."""
+        return len(self.tokenizer(text, add_special_tokens=False).input_ids)
+
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[Completion]:
+        """Sample ``params.n`` completions per prompt across the replicas (prompt-major)."""
+        out, self.last_stats = self.group.generate(self.role, prompts, params)
+        return out
+
+    def load_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
+        """Every replica samples from these full weights from now on."""
+        self.group.send("load_weights", weights=weights)
+        self.last_stats = {**self.last_stats, "sync_seconds": self.group.sync_seconds}
+
+    def load_adapter(self, role: str, weights: Mapping[str, torch.Tensor]) -> None:
+        """Every replica samples ``role`` from the base plus these LoRA tensors from now on."""
+        self.group.send("load_adapter", role, weights=weights)
+        self.last_stats = {**self.last_stats, "sync_seconds": self.group.sync_seconds}

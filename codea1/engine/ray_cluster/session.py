@@ -1,0 +1,67 @@
+"""Joining or starting the Ray cluster of a run, and reading remote results with clear errors.
+
+Imports: ray (lazily), config, engine.base.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from codea1.config import ClusterConfig
+from codea1.engine.base import EngineFailure
+
+INSTALL_HINT = "pip install 'codea1[ray]'"
+
+
+class RayUnavailable(RuntimeError):
+    """Ray is not installed or the cluster cannot be reached; the message says why."""
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or :class:`RayUnavailable` with the install command."""
+    try:
+        import ray
+    except ImportError as e:
+        raise RayUnavailable(f"engine.backend=ray needs Ray ({e}); install it with {INSTALL_HINT}") from None
+    return ray
+
+
+def connect(cluster: ClusterConfig) -> Any:
+    """Join ``cluster.address`` (or ``RAY_ADDRESS``), else start a local cluster for this run
+    (``cluster.num_cpus`` CPUs, all when 0); returns the ``ray`` module. Already connected: kept."""
+    ray = import_ray()
+    if ray.is_initialized():
+        return ray
+    address = cluster.address or os.environ.get("RAY_ADDRESS", "")
+    options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True, "logging_level": "WARNING"}
+    if address:
+        options["address"] = address
+    elif cluster.num_cpus:
+        options["num_cpus"] = cluster.num_cpus
+    try:
+        ray.init(**options)
+    except Exception as e:  # ConnectionError, RuntimeError, ValueError: all mean no cluster
+        where = f"the Ray cluster at {address!r}" if address else "a local Ray cluster"
+        raise RayUnavailable(f"cannot reach {where}: {type(e).__name__}: {e}") from None
+    return ray
+
+
+def gather(refs: Sequence[Any], what: str, timeout_s: float | None = None) -> list[Any]:
+    """``ray.get`` of ``refs``; an actor that died or raised becomes one :class:`EngineFailure`
+    naming ``what`` (e.g. "coder learner group") and the cause's last line."""
+    ray = import_ray()
+    try:
+        return list(ray.get(list(refs), timeout=timeout_s))
+    except ray.exceptions.GetTimeoutError:
+        raise EngineFailure(f"{what}: no answer within {timeout_s:.0f} s") from None
+    except ray.exceptions.RayActorError as e:
+        raise EngineFailure(f"{what}: an actor died ({_last_line(e)})") from None
+    except ray.exceptions.RayTaskError as e:
+        raise EngineFailure(f"{what}: {_last_line(e)}") from None
+
+
+def _last_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[-1] if lines else type(error).__name__

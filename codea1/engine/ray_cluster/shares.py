@@ -1,0 +1,62 @@
+"""How the Ray backend cuts work across actors and puts their answers back together (pure).
+
+Imports: engine.base, core.losses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from codea1.core.losses import ADDITIVE_STATS
+from codea1.engine.base import TrainBatch
+
+
+def spans(count: int, parts: int) -> list[tuple[int, int]]:
+    """``parts`` contiguous ``[lo, hi)`` spans covering ``range(count)``, sizes differing by at most
+    one (the first ones longer); some are empty when ``count < parts``."""
+    base, extra = divmod(count, parts)
+    out, lo = [], 0
+    for i in range(parts):
+        hi = lo + base + (1 if i < extra else 0)
+        out.append((lo, hi))
+        lo = hi
+    return out
+
+
+def batch_slice(batch: TrainBatch, lo: int, hi: int) -> TrainBatch:
+    """Sequences ``lo:hi`` of ``batch`` (per-sequence fields cut alike)."""
+
+    def cut(values: list | None) -> list | None:
+        return None if values is None else values[lo:hi]
+
+    return TrainBatch(
+        prompt_ids=batch.prompt_ids[lo:hi],
+        completion_ids=batch.completion_ids[lo:hi],
+        advantages=batch.advantages[lo:hi],
+        old_logprobs=cut(batch.old_logprobs),
+        ref_logprobs=cut(batch.ref_logprobs),
+        meta=dict(batch.meta),
+    )
+
+
+def merge_step_stats(per_rank: Sequence[dict[str, float]], weights: Sequence[float]) -> dict[str, float]:
+    """One optimizer step's stats from its ranks' stats.
+
+    Each rank's ``loss`` and additive stats are its share of the whole batch's, so they add up;
+    ``tokens`` add up; the other loss statistics are means over the rank's share and are averaged
+    with ``weights`` (the ranks' response tokens or sequences); ``grad_norm`` and ``lr`` are the
+    same on every rank; ``seconds`` and ``skipped`` take the largest.
+    """
+    total = sum(weights) or 1.0
+    out: dict[str, float] = {}
+    for key in per_rank[0]:
+        values = [stats.get(key, 0.0) for stats in per_rank]
+        if key in ("grad_norm", "lr"):
+            out[key] = values[0]
+        elif key in ("seconds", "skipped"):
+            out[key] = max(values)
+        elif key in ("loss", "tokens") or key in ADDITIVE_STATS:
+            out[key] = sum(values)
+        else:
+            out[key] = sum(v * w for v, w in zip(values, weights, strict=True)) / total
+    return out
