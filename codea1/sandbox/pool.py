@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from codea1.config import SandboxConfig
-from codea1.sandbox import cgroups, checks, grid, isolation, scratch
+from codea1.sandbox import cgroups, isolation, scratch
+from codea1.sandbox.executor import SandboxUnavailable, TaskExecutor, WorkerFailure
 from codea1.sandbox.tasks import ProgramOutcome, ProgramTask, check_config, failed_outcome, parse_result
-from codea1.types import CheckJob, ExecGrid, GridJob, Verdict
 
 _HEADER = struct.Struct("<I")
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
@@ -45,14 +45,6 @@ def _site_dirs() -> list[str]:
 
 
 _REQUIRED_LAYERS = ("net_ns", "pid_ns", "mount_ns", "rlimits", "seccomp", "landlock", "cgroup_pids")
-
-
-class SandboxUnavailable(RuntimeError):
-    """The sandbox could not start, or (strict mode) a required isolation layer is missing."""
-
-
-class WorkerFailure(RuntimeError):
-    """A worker died, broke the protocol, or missed its deadline."""
 
 
 def default_sandbox_config() -> SandboxConfig:
@@ -206,8 +198,9 @@ def _proc_ticks(pid: int, with_children: bool) -> int:
     return own + (int(fields[13]) + int(fields[14]) if with_children else 0)
 
 
-class Sandbox:
-    """Isolated execution of untrusted programs against tests (see docs/sandbox.md)."""
+class Sandbox(TaskExecutor):
+    """Isolated execution of untrusted programs against tests, on this machine's cores (see
+    docs/sandbox.md); ``run_grids`` and ``run_checks`` come from :class:`TaskExecutor`."""
 
     def __init__(self, config: SandboxConfig | None = None) -> None:
         self._closed = True  # until the scratch root exists: close() has nothing to do
@@ -245,21 +238,6 @@ class Sandbox:
     def layers(self) -> dict[str, str]:
         """Isolation layer name → ``"active"`` or ``"unavailable: <why>"``."""
         return dict(self._layers)
-
-    def run_grids(
-        self, jobs: Sequence[GridJob], *, rel_tol: float = 1e-6, abs_tol: float = 1e-6
-    ) -> list[ExecGrid]:
-        """Oracle + codes × tests verdicts for every job (identical computations run once)."""
-        oracle_plan = grid.plan_oracle(jobs, self.config)
-        oracle = grid.oracle_verdicts(jobs, oracle_plan, self.run_tasks(oracle_plan.tasks), rel_tol, abs_tol)
-        code_plan = grid.plan_codes(jobs, oracle, self.config)
-        outcomes = self.run_tasks(code_plan.tasks)
-        return grid.assemble(jobs, oracle, code_plan, outcomes, rel_tol, abs_tol)
-
-    def run_checks(self, jobs: Sequence[CheckJob]) -> list[Verdict]:
-        """Run evalplus-style harnesses; one verdict per job."""
-        tasks = [checks.check_task(job, self.config) for job in jobs]
-        return [checks.check_verdict(o) for o in self.run_tasks(tasks)]
 
     def run_tasks(self, tasks: Sequence[ProgramTask]) -> list[ProgramOutcome]:
         """Run program tasks in parallel over the workers; results in task order.
@@ -349,12 +327,6 @@ class Sandbox:
         for w in self._workers:
             w.close()
         shutil.rmtree(self._root, ignore_errors=True)
-
-    def __enter__(self) -> Sandbox:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __del__(self) -> None:
         try:
