@@ -387,7 +387,9 @@ def check_invariants(cfg: RunConfig) -> None:
         errors.append(f"sandbox.workers must be >= 0 (0 = one per CPU core), got {cfg.sandbox.workers}")
     c = cfg.cluster
     if c.learner_workers < 1 or c.rollout_replicas < 1 or c.sandbox_batch < 1 or c.num_cpus < 0:
-        errors.append("cluster: learner_workers, rollout_replicas and sandbox_batch must be >= 1, num_cpus >= 0")
+        errors.append(
+            "cluster: learner_workers, rollout_replicas and sandbox_batch must be >= 1, num_cpus >= 0"
+        )
     if c.gpus_per_worker < 0 or c.cpus_per_worker <= 0:
         errors.append("cluster: gpus_per_worker must be >= 0 and cpus_per_worker > 0")
     if cfg.engine.backend == "ray" and cfg.engine.kind == "scripted":

@@ -195,6 +195,7 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, held: ExitStack) -> Any:
     from codea1.data.problems import DataError, load_problems
     from codea1.engine.base import EngineFailure
     from codea1.engine.build import rollout_engine
+    from codea1.sandbox.cluster import ClusterSandbox
     from codea1.sandbox.pool import Sandbox, SandboxUnavailable
     from codea1.trainer import Trainer, TrainingOutOfMemory
 
@@ -226,7 +227,10 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, held: ExitStack) -> Any:
     if hasattr(models, "close"):  # remote engines (engine.backend=ray): stop their actors at the end
         held.callback(models.close)
     try:
-        sandbox = held.enter_context(Sandbox(cfg.sandbox))
+        if cfg.engine.backend == "ray" and cfg.cluster.sandbox_fanout:
+            sandbox = held.enter_context(ClusterSandbox(cfg.sandbox, cfg.cluster.sandbox_batch))
+        else:
+            sandbox = held.enter_context(Sandbox(cfg.sandbox))
     except SandboxUnavailable as e:
         raise CliError(str(e)) from None
     trainer = Trainer(cfg, models, problems, sandbox, run_dir)
@@ -242,5 +246,7 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, held: ExitStack) -> Any:
     except TrainingOutOfMemory as e:
         raise CliError(str(e)) from None
     except EngineFailure as e:
-        raise CliError(f"training stopped: {e}; the last checkpoint is intact, continue with "
-                       f"codea1 train --resume {run_dir}") from None
+        raise CliError(
+            f"training stopped: {e}; the last checkpoint is intact, continue with "
+            f"codea1 train --resume {run_dir}"
+        ) from None

@@ -85,7 +85,9 @@ def load_sharded_optimizer(learner: Any, path: Path) -> None:
     state = {"optim": get_optimizer_state_dict(module, learner.optimizer)}
     dcp.load(state, checkpoint_id=str(path / DCP_DIR))
     set_optimizer_state_dict(module, learner.optimizer, optim_state_dict=state["optim"])
-    learner.scheduler.load_state_dict(torch.load(path / SCHEDULER_FILE, map_location="cpu", weights_only=True))
+    learner.scheduler.load_state_dict(
+        torch.load(path / SCHEDULER_FILE, map_location="cpu", weights_only=True)
+    )
 
 
 def load_full_optimizer(learner: Any, state: dict[str, Any]) -> None:
@@ -98,7 +100,9 @@ def load_full_optimizer(learner: Any, state: dict[str, Any]) -> None:
     optim = state["optimizer"]
     named = {
         "state": {names[int(i)]: v for i, v in optim["state"].items()},
-        "param_groups": [{**g, "params": [names[int(i)] for i in g["params"]]} for g in optim["param_groups"]],
+        "param_groups": [
+            {**g, "params": [names[int(i)] for i in g["params"]]} for g in optim["param_groups"]
+        ],
     }
     set_optimizer_state_dict(
         learner.weights.owner(), learner.optimizer, optim_state_dict=named,

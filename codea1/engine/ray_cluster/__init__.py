@@ -18,7 +18,15 @@ from codea1.engine.ray_cluster.placement import Layout, plan, reserve
 from codea1.engine.ray_cluster.rollout_group import RayPolicy, ReplicaGroup
 from codea1.engine.ray_cluster.session import RayUnavailable, connect, gather
 
-__all__ = ["RayLearnerGroup", "RayPolicy", "RayRoles", "RayUnavailable", "RemoteWeights", "build_ray_roles", "gather"]
+__all__ = [
+    "RayLearnerGroup",
+    "RayPolicy",
+    "RayRoles",
+    "RayUnavailable",
+    "RemoteWeights",
+    "build_ray_roles",
+    "gather",
+]
 
 
 @dataclass

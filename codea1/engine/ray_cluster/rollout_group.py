@@ -43,8 +43,11 @@ class ReplicaGroup:
         ]
         self.tokenizer = load_tokenizer(model_location(spec, cfg.engine.cache_dir))
         self.sync_seconds = 0.0
+        gather([r.started.remote() for r in self.replicas], self.what)
 
-    def generate(self, role: str, prompts: Sequence[str], params: SamplingParams) -> tuple[list[Completion], dict]:
+    def generate(
+        self, role: str, prompts: Sequence[str], params: SamplingParams
+    ) -> tuple[list[Completion], dict]:
         """Every replica samples its share; completions come back in prompt order."""
         start = time.perf_counter()
         cuts = spans(len(prompts), len(self.replicas))

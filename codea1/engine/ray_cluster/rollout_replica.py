@@ -31,7 +31,9 @@ class RolloutReplica:
         cfg.engine.device = "cuda" if cuda else "cpu"
         adapters = cfg.engine.mode == "adapters"
         scale = cfg.engine.lora_alpha / cfg.engine.lora_r
-        model, tokenizer = load_model_and_tokenizer(spec, cfg.engine.dtype, cfg.engine.device, cfg.engine.cache_dir)
+        model, tokenizer = load_model_and_tokenizer(
+            spec, cfg.engine.dtype, cfg.engine.device, cfg.engine.cache_dir
+        )
         model.requires_grad_(False)
         self.policies: dict[str, Any] = {}
         if engine == "vllm":
@@ -62,7 +64,13 @@ class RolloutReplica:
             self.policies = {r: HFPolicy(rollout, tokenizer, batch, r) for r in roles}
         self.rollout = rollout
 
-    def generate(self, role: str, prompts: Sequence[str], params: SamplingParams) -> tuple[list[Completion], dict]:
+    def started(self) -> bool:
+        """True once the engine is up (the constructor's errors surface here)."""
+        return True
+
+    def generate(
+        self, role: str, prompts: Sequence[str], params: SamplingParams
+    ) -> tuple[list[Completion], dict]:
         """Sample ``role``'s completions of this replica's prompts, and the call's stats."""
         policy = self.policies[role]
         out = policy.generate(prompts, params)

@@ -6,6 +6,7 @@ Imports: ray (lazily), config, engine.base.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,6 +14,7 @@ from codea1.config import ClusterConfig
 from codea1.engine.base import EngineFailure
 
 INSTALL_HINT = "pip install 'codea1[ray]'"
+LOGS_HINT = "the actors' logs are under the Ray session's logs/ directory, e.g. /tmp/ray/session_latest/logs"
 
 
 class RayUnavailable(RuntimeError):
@@ -35,7 +37,9 @@ def connect(cluster: ClusterConfig) -> Any:
     if ray.is_initialized():
         return ray
     address = cluster.address or os.environ.get("RAY_ADDRESS", "")
-    options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True, "logging_level": "WARNING"}
+    # actors' output (model loading bars, vLLM's log) stays in the cluster's log files; failures reach
+    # the driver as one-line errors (see gather)
+    options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "WARNING"}
     if address:
         options["address"] = address
     elif cluster.num_cpus:
@@ -57,11 +61,14 @@ def gather(refs: Sequence[Any], what: str, timeout_s: float | None = None) -> li
     except ray.exceptions.GetTimeoutError:
         raise EngineFailure(f"{what}: no answer within {timeout_s:.0f} s") from None
     except ray.exceptions.RayActorError as e:
-        raise EngineFailure(f"{what}: an actor died ({_last_line(e)})") from None
+        raise EngineFailure(f"{what}: an actor died ({_last_line(e)}; {LOGS_HINT})") from None
     except ray.exceptions.RayTaskError as e:
-        raise EngineFailure(f"{what}: {_last_line(e)}") from None
+        raise EngineFailure(f"{what}: {_last_line(e)} ({LOGS_HINT})") from None
 
 
 def _last_line(error: BaseException) -> str:
+    """The error's own line (``SomeError: why``) out of a remote traceback, cut to a readable length."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return lines[-1] if lines else type(error).__name__
+    named = [line for line in lines if re.match(r"^[\w.]+(Error|Exception|Exit|Interrupt)\b", line)]
+    line = (named or lines or [type(error).__name__])[-1]
+    return line if len(line) <= 400 else line[:397] + "..."
