@@ -13,6 +13,7 @@ Imports: torch, safetensors.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +84,9 @@ def load_sharded_optimizer(learner: Any, path: Path) -> None:
 
     module = learner.weights.owner()
     state = {"optim": get_optimizer_state_dict(module, learner.optimizer)}
-    dcp.load(state, checkpoint_id=str(path / DCP_DIR))
+    with warnings.catch_warnings():  # one process without torch.distributed is a supported reader
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load(state, checkpoint_id=str(path / DCP_DIR))
     set_optimizer_state_dict(module, learner.optimizer, optim_state_dict=state["optim"])
     learner.scheduler.load_state_dict(
         torch.load(path / SCHEDULER_FILE, map_location="cpu", weights_only=True)

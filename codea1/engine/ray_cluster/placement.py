@@ -68,8 +68,8 @@ def plan(cluster: ClusterConfig, learner_groups: list[str], rollout_groups: list
             layout.slots[(g, "learner", rank)] = add()
     for g in rollout_groups:
         for i in range(cluster.rollout_replicas):
-            host = learner_groups[0] if g not in learner_groups else g
-            shared = layout.slots.get((host, "learner", i))
+            host = g if g in learner_groups else next(iter(learner_groups), None)
+            shared = layout.slots.get((host, "learner", i)) if host else None
             colocated = cluster.placement == "colocate" and shared is not None
             layout.slots[(g, "replica", i)] = shared if colocated else add()
     return layout
