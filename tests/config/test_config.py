@@ -98,3 +98,33 @@ def test_round_trip_through_dict() -> None:
 def test_every_shipped_preset_loads(preset: str) -> None:
     cfg = load_config(preset)
     assert cfg.preset == preset
+
+
+RAY_ONLY_KEYS = {"engine.backend", "engine.rollout", "engine.vllm_kv_cache_gib", "preset"}
+"""What a ``paper-*-ray`` preset may set differently from its ``paper-*`` preset (besides ``cluster``
+and micro-batch sizes, which change memory, not the update)."""
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+@pytest.mark.parametrize("size", ["1.5b", "3b", "7b"])
+def test_ray_presets_are_the_paper_presets_on_a_cluster(size: str) -> None:
+    local, ray = load_config(f"paper-{size}"), load_config(f"paper-{size}-ray")
+    assert (ray.engine.backend, ray.engine.rollout, ray.cluster.placement) == ("ray", "vllm", "split")
+    # Each role's learner group and replicas have GPUs of their own: the reference's 4 GPUs per role
+    # (two 8-GPU nodes in all for the 7B, see the preset).
+    per_role = ray.cluster.learner_workers + ray.cluster.rollout_replicas
+    assert per_role == (8 if size == "7b" else 4) and ray.cluster.gpus_per_worker == 1
+    assert ray.engine.vllm_kv_cache_gib > 0  # the default (whole batch at full length) exceeds a GPU
+    base = _flat(local.to_dict())
+    kept = {k: v for k, v in _flat(ray.to_dict()).items() if not k.startswith("cluster.")}
+    differ = {k for k, v in kept.items() if not k.endswith(".micro_batch_size") and base[k] != v}
+    assert differ == RAY_ONLY_KEYS

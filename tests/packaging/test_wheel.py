@@ -22,7 +22,16 @@ from codea1.config import preset_names
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED_PRESETS = {"tiny-cpu", "qwen-coder-0.5b-cpu", "paper-1.5b", "paper-3b", "paper-7b"}
+SHIPPED_PRESETS = {
+    "tiny-cpu",
+    "qwen-coder-0.5b-cpu",
+    "paper-1.5b",
+    "paper-3b",
+    "paper-7b",
+    "paper-1.5b-ray",
+    "paper-3b-ray",
+    "paper-7b-ray",
+}
 
 
 def _package_files(root: Path) -> set[str]:
