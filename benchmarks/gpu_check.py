@@ -13,11 +13,10 @@ one device with the local backend:
    (``codea1.core.losses.policy_loss`` bound by ``codea1.scoring.bind_policy_loss``): log-prob
    tokens/s (no grad, as for old and reference log-probs), ``train_step`` tokens/s (the second of two
    steps), peak memory, and the share of weights one step at the preset's lr changes.
-3. **FSDP2, world size 1** (nccl on CUDA, gloo on CPU): the same initial weights sharded with
-   ``fully_shard`` per decoder layer, then the decoder; the output head is sharded on its own, or,
-   when tied to the embedding, reads the embedding's gathered weight at call time (the learner calls
-   the decoder and the head separately, so sharding the whole causal LM as one root fails there, and
-   sharding the head on its own unties it). One ``train_step`` on the same batch as a one-process
+3. **FSDP2, world size 1** (nccl on CUDA, gloo on CPU): the same initial weights sharded as the
+   Ray backend's learner ranks shard them (``codea1.engine.hf_local.fsdp.shard``: ``fully_shard`` per
+   decoder layer, then the learner's scorer as the root, which holds the embedding, the final norm
+   and the tied or untied head). One ``train_step`` on the same batch as a one-process
    learner: the loss must be finite, the weights must change, and loss and gradients must equal the
    one-process ones.
 
@@ -50,6 +49,7 @@ from cluster_memory import MODELS, ModelShape  # benchmarks/, this script's dire
 
 from codea1.config import load_config
 from codea1.engine.base import SamplingParams, TrainBatch
+from codea1.engine.hf_local.fsdp import shard
 from codea1.engine.hf_local.learner import HFLearner
 from codea1.engine.hf_local.policy import HFPolicy
 from codea1.engine.hf_local.weights import FullWeights, ModuleRollout
@@ -90,18 +90,6 @@ class TokenIdText:
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         """The ids as text."""
         return " ".join(str(i) for i in ids)
-
-
-class TiedHead(torch.nn.Module):
-    """An output head that reads the embedding's weight when called (as gathered by FSDP2 then)."""
-
-    def __init__(self, embedding: torch.nn.Embedding) -> None:
-        super().__init__()
-        self.__dict__["embedding"] = embedding  # not a submodule: its weight stays the decoder's
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Logits of ``hidden`` under the tied embedding."""
-        return torch.nn.functional.linear(hidden, self.embedding.weight)
 
 
 def build_model(shape: ModelShape, device: torch.device, dtype: torch.dtype, seed: int = 0) -> Any:
@@ -282,24 +270,6 @@ def process_group(device: torch.device) -> Iterator[str]:
         torch.distributed.destroy_process_group()
 
 
-def fully_shard_for_learner(model: Any) -> None:
-    """FSDP2 as the learner calls the model: each decoder layer, the decoder, then the output head."""
-    try:
-        from torch.distributed.fsdp import fully_shard
-    except ImportError:  # torch < 2.6
-        from torch.distributed._composable.fsdp import fully_shard
-
-    decoder = model.get_decoder()
-    tied = model.get_output_embeddings().weight is decoder.embed_tokens.weight
-    for layer in decoder.layers:
-        fully_shard(layer)
-    fully_shard(decoder)
-    if tied:
-        model.lm_head = TiedHead(decoder.embed_tokens)
-    else:
-        fully_shard(model.lm_head)
-
-
 def relative_gap(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     """max |a - b| / max |a| over all tensors (both snapshots on the CPU, same names)."""
     gap = max(float((a[n].float() - b[n].float()).abs().max()) for n in a)
@@ -323,7 +293,7 @@ def fsdp_check(shape: ModelShape, sizes: Sizes, device: torch.device, dtype: tor
         torch.cuda.empty_cache()
     with process_group(device) as backend:
         model = build_model(shape, device, dtype)
-        fully_shard_for_learner(model)
+        shard(model)  # the learner groups' FSDP2 layout (codea1.engine.hf_local.fsdp)
         learner = learner_for(model, keep_reference=False)
         stats = learner.train_step(batch, loss_fn)
         grads = cpu_snapshot({n: p.grad for n, p in learner.params.items()})
