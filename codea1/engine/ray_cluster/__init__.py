@@ -73,6 +73,8 @@ def build_ray_roles(cfg: RunConfig, *, rollout: str, shared: bool, schedules: di
             group = ReplicaGroup(cfg, name, specs[name], served, rollout, layout)
             groups.append(group)
             policies.update({r: RayPolicy(group, r, rollout) for r in served})
+            if cfg.cluster.placement == "colocate" and name in learners:  # they share these bundles
+                learners[name].before_work.append(group.sleep)
     except BaseException:
         for learner in learners.values():
             learner.close()

@@ -12,7 +12,7 @@ Imports: ray (lazily), config, engine.base, this package.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,8 @@ class RayLearnerGroup:
         self.adapter: str | None = role if cfg.engine.mode == "adapters" else None
         self.weighting = "tokens" if cfg.loss.aggregation == "token-mean" else "sequences"
         self.last_stats: dict[str, float] = {}
+        self.before_work: list[Callable[[], None]] = []
+        """Called before the ranks compute (``colocate``: put the replicas sharing their GPUs to sleep)."""
         world = cfg.cluster.learner_workers
         remote = ray.remote(LearnerWorker)
         self.workers = [
@@ -74,6 +76,8 @@ class RayLearnerGroup:
 
     def logprobs(self, batch: TrainBatch, reference: bool = False) -> list[tuple[float, ...]]:
         """Per-token log-probs of the completions, computed by the ranks on their shares."""
+        for hook in self.before_work:
+            hook()
         parts = gather(
             [w.logprobs.remote(s, reference) for w, s in zip(self.workers, self._shares(batch), strict=True)],
             self.what,
@@ -82,6 +86,8 @@ class RayLearnerGroup:
 
     def train_step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
         """One optimizer step over ``batch``, each rank updating on its share."""
+        for hook in self.before_work:
+            hook()
         shares = self._shares(batch)
         stats = gather(
             [w.train_step.remote(s, loss_fn) for w, s in zip(self.workers, shares, strict=True)], self.what

@@ -43,12 +43,26 @@ class ReplicaGroup:
         ]
         self.tokenizer = load_tokenizer(model_location(spec, cfg.engine.cache_dir))
         self.sync_seconds = 0.0
-        gather([r.started.remote() for r in self.replicas], self.what)
+        self.sleeps = all(gather([r.started.remote() for r in self.replicas], self.what))
+        self.asleep = False
+
+    def sleep(self) -> None:
+        """Free the replicas' GPU memory (only engines that can: vLLM on CUDA, colocated)."""
+        if self.sleeps and not self.asleep:
+            gather([r.sleep.remote() for r in self.replicas], self.what)
+            self.asleep = True
+
+    def wake(self) -> None:
+        """Take the GPU memory back (before sampling or a weight sync)."""
+        if self.asleep:
+            gather([r.wake.remote() for r in self.replicas], self.what)
+            self.asleep = False
 
     def generate(
         self, role: str, prompts: Sequence[str], params: SamplingParams
     ) -> tuple[list[Completion], dict]:
         """Every replica samples its share; completions come back in prompt order."""
+        self.wake()
         start = time.perf_counter()
         cuts = spans(len(prompts), len(self.replicas))
         refs = [
@@ -72,6 +86,7 @@ class ReplicaGroup:
 
     def send(self, method: str, *args: Any, weights: Mapping[str, torch.Tensor]) -> None:
         """Call ``method(*args, weights)`` on every replica with the weights put in the store once."""
+        self.wake()
         start = time.perf_counter()
         ref = weights.ref if isinstance(weights, RemoteWeights) else import_ray().put(dict(weights))
         gather([getattr(r, method).remote(*args, ref) for r in self.replicas], self.what)

@@ -36,14 +36,17 @@ class RolloutReplica:
         )
         model.requires_grad_(False)
         self.policies: dict[str, Any] = {}
+        self.sleeps = False
         if engine == "vllm":
             from codea1.engine.vllm_local.policy import VLLMPolicy, VLLMRollout
             from codea1.engine.vllm_local.roles import start_engine
 
             device = pick_device(cfg.engine.device)
+            # colocated with learner ranks on a GPU: free the GPU while they update
+            self.sleeps = cfg.cluster.placement == "colocate" and device.type == "cuda"
             llm = start_engine(
                 cfg, model_location(spec, cfg.engine.cache_dir), pick_dtype(cfg.engine.dtype, device),
-                in_process=device.type == "cpu",
+                in_process=device.type == "cpu", sleep_mode=self.sleeps,
             )  # fmt: skip
             base = {n: p.detach() for n, p in model.named_parameters()} if adapters else None
             rollout: Any = VLLMRollout(llm, in_process=device.type == "cpu", base=base, lora_scale=scale)
@@ -65,8 +68,17 @@ class RolloutReplica:
         self.rollout = rollout
 
     def started(self) -> bool:
-        """True once the engine is up (the constructor's errors surface here)."""
-        return True
+        """Whether the engine can sleep (see :meth:`sleep`); the constructor's errors surface here."""
+        return self.sleeps
+
+    def sleep(self) -> None:
+        """Free the GPU memory of the engine (weights to CPU, KV cache dropped) while colocated
+        learner ranks update; vLLM on CUDA only."""
+        self.rollout.llm.sleep(level=1)
+
+    def wake(self) -> None:
+        """Take the GPU memory back before sampling or loading weights."""
+        self.rollout.llm.wake_up()
 
     def generate(
         self, role: str, prompts: Sequence[str], params: SamplingParams

@@ -61,8 +61,11 @@ def max_sequences(cfg: RunConfig) -> int:
     return max(cfg.coder.sampling.batch_size, cfg.tester.sampling.batch_size)
 
 
-def start_engine(cfg: RunConfig, location: str, dtype: torch.dtype, in_process: bool) -> Any:
-    """A ``vllm.LLM`` for the model at ``location`` (processed log-probs, seeded from the run)."""
+def start_engine(
+    cfg: RunConfig, location: str, dtype: torch.dtype, in_process: bool, *, sleep_mode: bool = False
+) -> Any:
+    """A ``vllm.LLM`` for the model at ``location`` (processed log-probs, seeded from the run);
+    ``sleep_mode`` (CUDA only) lets it free its GPU memory between rollouts (``LLM.sleep``)."""
     from transformers import AutoConfig
 
     if in_process:
@@ -87,6 +90,7 @@ def start_engine(cfg: RunConfig, location: str, dtype: torch.dtype, in_process: 
             kv_cache_memory_bytes=kv_cache_bytes(cfg, model_config, dtype),
             logprobs_mode="processed_logprobs",
             enforce_eager=in_process,
+            **({"enable_sleep_mode": True} if sleep_mode else {}),
         )
     except Exception as e:  # vLLM raises many types while starting (ValueError, RuntimeError, OSError)
         raise VLLMStartError(f"vLLM did not start for {location}: {type(e).__name__}: {e}") from e

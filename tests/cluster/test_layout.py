@@ -1,0 +1,81 @@
+"""The Ray backend's pure parts, no cluster needed: how bundles are laid out, how work is cut into
+shares, and how the ranks' statistics merge."""
+
+from __future__ import annotations
+
+import pytest
+
+from codea1.config import ClusterConfig
+from codea1.engine.base import TrainBatch
+from codea1.engine.ray_cluster.placement import plan
+from codea1.engine.ray_cluster.shares import batch_slice, merge_step_stats, spans
+
+
+def test_split_gives_every_rank_and_replica_its_own_bundle() -> None:
+    layout = plan(ClusterConfig(learner_workers=2, rollout_replicas=2, gpus_per_worker=1), ["coder", "tester"],
+                  ["coder", "tester"])  # fmt: skip
+    assert len(layout.bundles) == 8
+    assert len(set(layout.slots.values())) == 8
+    assert all(b == {"CPU": 1.0, "GPU": 1} for b in layout.bundles)
+
+
+def test_colocate_puts_replica_i_on_learner_rank_is_bundle() -> None:
+    cluster = ClusterConfig(learner_workers=2, rollout_replicas=3, placement="colocate", gpus_per_worker=1)
+    layout = plan(cluster, ["coder", "tester"], ["coder", "tester"])
+    assert layout.slots[("coder", "replica", 0)] == layout.slots[("coder", "learner", 0)]
+    assert layout.slots[("tester", "replica", 1)] == layout.slots[("tester", "learner", 1)]
+    assert layout.slots[("coder", "replica", 2)] not in {
+        layout.slots[("coder", "learner", r)] for r in (0, 1)
+    }
+    assert len(layout.bundles) == 2 * 2 + 2  # the third replica of each role needs its own bundle
+    # one replica group serving both roles (adapters mode) sits on the coder's ranks
+    shared = plan(cluster, ["coder", "tester"], ["coder"])
+    assert shared.slots[("coder", "replica", 1)] == shared.slots[("coder", "learner", 1)]
+    # replicas alone (no learner group) still get bundles
+    alone = plan(cluster, [], ["coder"])
+    assert len(alone.bundles) == 3
+
+
+@pytest.mark.parametrize(("count", "parts"), [(5, 2), (2, 3), (0, 2), (8, 4), (7, 1)])
+def test_spans_cover_everything_once_in_order(count: int, parts: int) -> None:
+    cut = spans(count, parts)
+    assert len(cut) == parts
+    assert [i for lo, hi in cut for i in range(lo, hi)] == list(range(count))
+    sizes = [hi - lo for lo, hi in cut]
+    assert max(sizes) - min(sizes) <= 1
+
+
+def test_batch_slice_cuts_every_per_sequence_field() -> None:
+    tb = TrainBatch(prompt_ids=[(1,), (2,), (3,)], completion_ids=[(4,), (5, 6), (7,)], advantages=[0.1, 0.2, 0.3],
+                    old_logprobs=[(-1.0,), (-2.0, -3.0), (-4.0,)], ref_logprobs=None)  # fmt: skip
+    part = batch_slice(tb, 1, 3)
+    assert part.prompt_ids == [(2,), (3,)] and part.completion_ids == [(5, 6), (7,)]
+    assert part.advantages == [0.2, 0.3] and part.old_logprobs == [(-2.0, -3.0), (-4.0,)]
+    assert part.ref_logprobs is None
+
+
+def test_merged_stats_add_shares_and_weight_means() -> None:
+    ranks = [
+        {
+            "loss": 0.25,
+            "tokens": 30.0,
+            "grad_norm": 2.0,
+            "lr": 1e-5,
+            "seconds": 3.0,
+            "skipped": 0.0,
+            "clipfrac": 0.1,
+        },
+        {
+            "loss": 0.5,
+            "tokens": 10.0,
+            "grad_norm": 2.0,
+            "lr": 1e-5,
+            "seconds": 4.0,
+            "skipped": 0.0,
+            "clipfrac": 0.5,
+        },
+    ]
+    merged = merge_step_stats(ranks, weights=[30.0, 10.0])
+    assert merged["loss"] == pytest.approx(0.75) and merged["tokens"] == 40.0
+    assert merged["grad_norm"] == 2.0 and merged["seconds"] == 4.0
+    assert merged["clipfrac"] == pytest.approx((0.1 * 30 + 0.5 * 10) / 40)
