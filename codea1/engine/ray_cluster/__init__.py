@@ -16,7 +16,7 @@ from codea1.config import RunConfig
 from codea1.engine.ray_cluster.learner_group import RayLearnerGroup, RemoteWeights
 from codea1.engine.ray_cluster.placement import Layout, plan, reserve
 from codea1.engine.ray_cluster.rollout_group import RayPolicy, ReplicaGroup
-from codea1.engine.ray_cluster.session import RayUnavailable, connect, gather
+from codea1.engine.ray_cluster.session import RayUnavailable, connect, gather, starts_local_cluster
 
 __all__ = [
     "RayLearnerGroup",
@@ -61,7 +61,9 @@ def build_ray_roles(cfg: RunConfig, *, rollout: str, shared: bool, schedules: di
     specs = {"coder": cfg.engine.coder_model, "tester": cfg.engine.tester_model or cfg.engine.coder_model}
     # which replica group samples each role: one per model (both roles share one base in adapters mode)
     replica_roles = {"coder": ["coder", "tester"]} if shared or adapters else {r: [r] for r in roles}
-    layout = reserve(plan(cfg.cluster, roles, list(replica_roles)))
+    layout = reserve(
+        plan(cfg.cluster, roles, list(replica_roles)), can_grow=not starts_local_cluster(cfg.cluster)
+    )
     learners: dict[str, RayLearnerGroup] = {}
     groups: list[ReplicaGroup] = []
     try:

@@ -75,22 +75,36 @@ def plan(cluster: ClusterConfig, learner_groups: list[str], rollout_groups: list
     return layout
 
 
-def reserve(layout: Layout) -> Layout:
+def reserve(layout: Layout, *, can_grow: bool = True) -> Layout:
     """Create the placement group and wait until every bundle is placed; a cluster too small for
-    it is a :class:`RayUnavailable` that says what was asked and what the cluster has."""
+    it is a :class:`RayUnavailable` that says what was asked and what the cluster has.
+
+    A cluster that ``can_grow`` (nodes may join, an autoscaler may add them) is given
+    :data:`READY_TIMEOUT_S`; one that cannot (the local cluster a run starts) fails at once when
+    the request exceeds its resources."""
     ray = import_ray()
     from ray.util.placement_group import placement_group
 
+    need = {key: sum(b.get(key, 0.0) for b in layout.bundles) for key in ("CPU", "GPU")}
+    if not can_grow and _exceeds(need, ray.cluster_resources()):
+        raise RayUnavailable(_too_small(layout, need, ray.cluster_resources(), can_grow))
     layout.group = placement_group(layout.bundles, strategy="PACK")
     ready, _ = ray.wait([layout.group.ready()], timeout=READY_TIMEOUT_S)
     if not ready:
         layout.remove()
-        need_cpu = sum(b.get("CPU", 0.0) for b in layout.bundles)
-        need_gpu = sum(b.get("GPU", 0.0) for b in layout.bundles)
-        have = ray.cluster_resources()
-        raise RayUnavailable(
-            f"the cluster cannot place {len(layout.bundles)} actors needing {need_cpu:g} CPUs and "
-            f"{need_gpu:g} GPUs (it has {have.get('CPU', 0):g} CPUs, {have.get('GPU', 0):g} GPUs); lower "
-            "cluster.learner_workers, cluster.rollout_replicas or cluster.cpus_per_worker/gpus_per_worker"
-        )
+        raise RayUnavailable(_too_small(layout, need, ray.cluster_resources(), can_grow))
     return layout
+
+
+def _exceeds(need: dict[str, float], have: dict[str, float]) -> bool:
+    return any(amount > have.get(key, 0.0) + 1e-9 for key, amount in need.items())
+
+
+def _too_small(layout: Layout, need: dict[str, float], have: dict[str, float], can_grow: bool) -> str:
+    short_of_cpus = need["CPU"] > have.get("CPU", 0.0) + 1e-9
+    more = "" if can_grow or not short_of_cpus else ", or give the local cluster more with cluster.num_cpus"
+    return (
+        f"the cluster cannot place {len(layout.bundles)} actors needing {need['CPU']:g} CPUs and "
+        f"{need['GPU']:g} GPUs (it has {have.get('CPU', 0):g} CPUs, {have.get('GPU', 0):g} GPUs); lower "
+        f"cluster.learner_workers, cluster.rollout_replicas or cluster.cpus_per_worker/gpus_per_worker{more}"
+    )

@@ -14,6 +14,8 @@ from codea1.config import ClusterConfig
 from codea1.engine.base import EngineFailure
 
 INSTALL_HINT = "pip install 'codea1[ray]'"
+PEER_DEATH_WAIT_S = 5.0
+"""How long a failed call waits for its other actors' results, to tell an actor death from its echo."""
 LOGS_HINT = "the actors' logs are under the Ray session's logs/ directory, e.g. /tmp/ray/session_latest/logs"
 
 
@@ -52,6 +54,12 @@ def connect(cluster: ClusterConfig) -> Any:
     return ray
 
 
+def starts_local_cluster(cluster: ClusterConfig) -> bool:
+    """True when :func:`connect` starts a local cluster of the run's own (no address given, none
+    in ``RAY_ADDRESS``): a cluster no node joins."""
+    return not (cluster.address or os.environ.get("RAY_ADDRESS", ""))
+
+
 def gather(refs: Sequence[Any], what: str, timeout_s: float | None = None) -> list[Any]:
     """``ray.get`` of ``refs``; an actor that died or raised becomes one :class:`EngineFailure`
     naming ``what`` (e.g. "coder learner group") and the cause's last line."""
@@ -61,9 +69,32 @@ def gather(refs: Sequence[Any], what: str, timeout_s: float | None = None) -> li
     except ray.exceptions.GetTimeoutError:
         raise EngineFailure(f"{what}: no answer within {timeout_s:.0f} s") from None
     except ray.exceptions.RayActorError as e:
-        raise EngineFailure(f"{what}: an actor died ({_last_line(e)}; {LOGS_HINT})") from None
+        raise EngineFailure(_died(what, e)) from None
     except ray.exceptions.RayTaskError as e:
+        death = _actor_death(ray, refs)
+        if death is not None:  # e.g. a rank whose peer died, failing in a collective first
+            raise EngineFailure(_died(what, death)) from None
         raise EngineFailure(f"{what}: {_last_line(e)} ({LOGS_HINT})") from None
+
+
+def _died(what: str, error: BaseException) -> str:
+    return f"{what}: an actor died ({_last_line(error)}; {LOGS_HINT})"
+
+
+def _actor_death(ray: Any, refs: Sequence[Any]) -> BaseException | None:
+    """The death of one of the actors behind ``refs``, if it shows within :data:`PEER_DEATH_WAIT_S`.
+
+    When a learner rank dies, the others fail in their next collective at once ("connection closed
+    by peer"), usually before Ray has noticed the death; the death is the cause worth reporting."""
+    done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=PEER_DEATH_WAIT_S)
+    for ref in done:
+        try:
+            ray.get(ref)
+        except ray.exceptions.RayActorError as e:
+            return e
+        except ray.exceptions.RayError:
+            continue
+    return None
 
 
 def _last_line(error: BaseException) -> str:

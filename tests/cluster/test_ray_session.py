@@ -1,0 +1,86 @@
+"""The Ray backend's session and placement on a local 2-CPU cluster: a failed call reports an actor's
+death rather than its echo in a peer, and a local cluster too small for a run fails at once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="the Ray backend needs the ray extra")
+
+from codea1.config import ClusterConfig  # noqa: E402
+from codea1.engine.base import EngineFailure  # noqa: E402
+from codea1.engine.ray_cluster.placement import plan, reserve  # noqa: E402
+from codea1.engine.ray_cluster.session import RayUnavailable, gather, starts_local_cluster  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+    yield ray
+    ray.shutdown()
+
+
+def rank_actor() -> type:
+    """A stand-in for a learner rank (one dies, its peer fails in a collective a moment later),
+    defined here so that Ray ships it by value to workers that cannot import the tests."""
+
+    class Rank:
+        def pid(self) -> int:
+            return os.getpid()
+
+        def wait(self) -> None:
+            time.sleep(60)
+
+        def lose_peer(self, pid: int) -> None:
+            os.kill(pid, signal.SIGKILL)
+            self.fail()
+
+        def fail(self) -> None:
+            raise RuntimeError("Connection closed by peer [127.0.0.1]:8099")
+
+    return ray.remote(num_cpus=0)(Rank)
+
+
+def test_a_failed_call_names_the_actor_death_behind_it(cluster) -> None:
+    rank = rank_actor()
+    survivor, victim = rank.remote(), rank.remote()
+    pid = ray.get(victim.pid.remote())
+    with pytest.raises(EngineFailure) as failure:
+        gather([survivor.lose_peer.remote(pid), victim.wait.remote()], "coder learner group")
+    message = str(failure.value)
+    assert message.startswith("coder learner group: an actor died (") and "\n" not in message
+    assert "Connection closed" not in message
+
+
+def test_an_error_without_a_death_keeps_its_own_line(cluster) -> None:
+    rank = rank_actor()
+    failing, waiting = rank.remote(), rank.remote()
+    with pytest.raises(
+        EngineFailure, match=r"^tester learner group: RuntimeError: Connection closed by peer"
+    ):
+        gather([failing.fail.remote(), waiting.wait.remote()], "tester learner group")
+
+
+def test_a_local_cluster_too_small_for_the_run_fails_at_once(cluster) -> None:
+    layout = plan(
+        ClusterConfig(learner_workers=64, cpus_per_worker=1.0), ["coder", "tester"], ["coder", "tester"]
+    )
+    start = time.monotonic()
+    with pytest.raises(RayUnavailable) as failure:
+        reserve(layout, can_grow=False)
+    assert time.monotonic() - start < 5
+    assert str(failure.value).startswith("the cluster cannot place 130 actors needing 130 CPUs and 0 GPUs")
+    assert "(it has 2 CPUs, 0 GPUs)" in str(failure.value) and "cluster.num_cpus" in str(failure.value)
+    assert layout.group is None
+
+
+def test_only_a_cluster_without_an_address_is_the_runs_own(monkeypatch) -> None:
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert starts_local_cluster(ClusterConfig())
+    assert not starts_local_cluster(ClusterConfig(address="auto"))
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    assert not starts_local_cluster(ClusterConfig())
