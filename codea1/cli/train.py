@@ -21,6 +21,9 @@ from codea1.config import RunConfig, load_config
 from codea1.run_lock import LOCK_FILE, RunDirBusy, RunDirLock
 
 RESUME_CONFIG = "config.yaml"
+RESUME_SETTABLE = ("cluster.", "engine.backend=")
+"""What ``--set`` may change on ``--resume``: where the run executes, not what it computes (a
+checkpoint loads into any number of learner workers and into either backend)."""
 
 
 def register(subparsers: Any) -> None:
@@ -75,13 +78,19 @@ def resolve(args: argparse.Namespace) -> tuple[RunConfig, Path, bool]:
             raise CliError(f"--resume {run_dir}: not a directory (give the run directory to continue)")
         if not (run_dir / RESUME_CONFIG).is_file():
             raise CliError(f"--resume {run_dir}: no {RESUME_CONFIG} there (not a codea1 run directory)")
-        if args.preset or args.overrides or args.method or args.tester_view or args.alpha is not None:
+        if args.preset or args.method or args.tester_view or args.alpha is not None:
             raise CliError(
-                "--resume continues a run with its saved configuration; drop --preset/--set/--method/..."
+                "--resume continues a run with its saved configuration; drop --preset/--method/--tester-view/"
+                "--alpha"
             )
-        cfg = load_config(
-            str(run_dir / RESUME_CONFIG), [f"tracking.progress={args.progress}"] if args.progress else []
-        )
+        changed = [o for o in args.overrides if not o.strip().startswith(RESUME_SETTABLE)]
+        if changed:
+            raise CliError(
+                f"--resume continues a run with its saved configuration; --set {changed[0]} would change "
+                "it (on resume --set takes only cluster.* and engine.backend: where the run executes)"
+            )
+        progress = [f"tracking.progress={args.progress}"] if args.progress else []
+        cfg = load_config(str(run_dir / RESUME_CONFIG), [*args.overrides, *progress])
         return cfg, run_dir, True
     cfg = load_config(args.preset or "tiny-cpu", [*args.overrides, *flag_overrides(args)])
     if args.run_dir:

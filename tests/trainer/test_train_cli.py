@@ -70,6 +70,22 @@ def test_cli_resume_continues_and_refuses_a_full_directory(tmp_path: Path, capsy
     assert [r["step"] for r in read_metrics(run_dir)] == [1, 2]
 
 
+def test_resume_takes_only_where_the_run_executes_from_set(tmp_path: Path, capsys) -> None:
+    run_dir = tmp_path / "run"
+    assert main(["train", *FAST, "--steps", "1", "--run-dir", str(run_dir)]) == 0
+    capsys.readouterr()
+    refused = main(["train", "--resume", str(run_dir), "--set", "coder.sampling.n=2"])
+    err = capsys.readouterr().err
+    assert refused == 2 and "coder.sampling.n=2" in err and "cluster.*" in err and err.count("\n") == 1
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    cfg["train"]["steps"] = 2
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg))
+    moved = ["--set", "cluster.learner_workers=3", "--set", "engine.backend=local"]
+    assert main(["train", "--resume", str(run_dir), "--progress", "plain", *moved]) == 0
+    saved = load_config(str(run_dir / "checkpoints" / "step_000002" / "config.yaml"))
+    assert saved.cluster.learner_workers == 3 and saved.coder.sampling.n == cfg["coder"]["sampling"]["n"]
+
+
 def test_unset_model_variable_is_one_clear_line(tmp_path: Path, capsys, monkeypatch) -> None:
     monkeypatch.delenv("CODEA1_QWEN_MODEL", raising=False)
     code = main(["train", "--preset", "qwen-coder-0.5b-cpu", "--run-dir", str(tmp_path / "r")])
