@@ -3,6 +3,7 @@ death rather than its echo in a peer, and a local cluster too small for a run fa
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import time
@@ -39,21 +40,47 @@ def rank_actor() -> type:
             os.kill(pid, signal.SIGKILL)
             self.fail()
 
-        def fail(self) -> None:
+        def fail(self, delay_s: float = 0.0) -> None:
+            time.sleep(delay_s)
             raise RuntimeError("Connection closed by peer [127.0.0.1]:8099")
 
     return ray.remote(num_cpus=0)(Rank)
 
 
-def test_a_failed_call_names_the_actor_death_behind_it(cluster) -> None:
+@pytest.mark.parametrize("victim_as", ["ref", "peer"])
+def test_a_failed_call_names_the_actor_death_behind_it(cluster, victim_as: str) -> None:
+    # "peer": the dead rank's result is not fetched (rank 0's gathered weights stay in the store)
     rank = rank_actor()
     survivor, victim = rank.remote(), rank.remote()
     pid = ray.get(victim.pid.remote())
+    failing, dead = survivor.lose_peer.remote(pid), victim.wait.remote()
+    refs, peers = ([failing, dead], []) if victim_as == "ref" else ([failing], [dead])
     with pytest.raises(EngineFailure) as failure:
-        gather([survivor.lose_peer.remote(pid), victim.wait.remote()], "coder learner group")
+        gather(refs, "coder learner group", peers=peers)
     message = str(failure.value)
     assert message.startswith("coder learner group: an actor died (") and "\n" not in message
     assert "Connection closed" not in message
+
+
+def test_the_other_errors_of_a_failed_call_are_read_not_printed_at_exit(cluster, monkeypatch) -> None:
+    unread: list[Exception] = []  # what Ray would log as "Unhandled error", with the remote traceback
+    monkeypatch.setattr(ray._private.worker, "_unhandled_error_handler", unread.append)
+    rank = rank_actor()
+    survivor, victim = rank.remote(), rank.remote()
+    os.kill(ray.get(victim.pid.remote()), signal.SIGKILL)
+    time.sleep(1.0)  # known dead: its result fails first, the survivor's error comes a second later
+
+    def failed_call() -> str:  # returns, so that nothing holds the call's refs afterwards
+        try:
+            gather([victim.wait.remote(), survivor.fail.remote(1.0)], "coder learner group")
+        except EngineFailure as e:
+            return str(e)
+        return "no failure"
+
+    assert "an actor died" in failed_call()
+    gc.collect()
+    time.sleep(2.0)
+    assert unread == []
 
 
 def test_an_error_without_a_death_keeps_its_own_line(cluster) -> None:

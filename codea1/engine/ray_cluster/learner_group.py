@@ -102,7 +102,8 @@ class RayLearnerGroup:
     def named_weights(self) -> RemoteWeights:
         """The whole trainable tensors, gathered by rank 0 and left in the object store."""
         refs = [w.named_weights.remote() for w in self.workers]
-        gather(refs[1:], self.what)  # the other ranks took part in the gather; surfaces failures
+        # the other ranks took part in the gather; their failures surface here (rank 0's death too)
+        gather(refs[1:], self.what, peers=refs[:1])
         import_ray().wait(refs[:1])
         return RemoteWeights(refs[0])
 

@@ -15,7 +15,7 @@ from codea1.engine.base import EngineFailure
 
 INSTALL_HINT = "pip install 'codea1[ray]'"
 PEER_DEATH_WAIT_S = 5.0
-"""How long a failed call waits for its other actors' results, to tell an actor death from its echo."""
+"""How long a failed call waits for its other results, to tell an actor death from its echo."""
 LOGS_HINT = "the actors' logs are under the Ray session's logs/ directory, e.g. /tmp/ray/session_latest/logs"
 
 
@@ -60,18 +60,23 @@ def starts_local_cluster(cluster: ClusterConfig) -> bool:
     return not (cluster.address or os.environ.get("RAY_ADDRESS", ""))
 
 
-def gather(refs: Sequence[Any], what: str, timeout_s: float | None = None) -> list[Any]:
+def gather(
+    refs: Sequence[Any], what: str, timeout_s: float | None = None, *, peers: Sequence[Any] = ()
+) -> list[Any]:
     """``ray.get`` of ``refs``; an actor that died or raised becomes one :class:`EngineFailure`
-    naming ``what`` (e.g. "coder learner group") and the cause's last line."""
+    naming ``what`` (e.g. "coder learner group") and the cause's last line. ``peers`` are refs of
+    the same call whose values stay in the object store; they are read only when the call fails
+    (a death among their actors is then the cause reported)."""
     ray = import_ray()
     try:
         return list(ray.get(list(refs), timeout=timeout_s))
     except ray.exceptions.GetTimeoutError:
         raise EngineFailure(f"{what}: no answer within {timeout_s:.0f} s") from None
     except ray.exceptions.RayActorError as e:
+        _settle(ray, [*refs, *peers])
         raise EngineFailure(_died(what, e)) from None
     except ray.exceptions.RayTaskError as e:
-        death = _actor_death(ray, refs)
+        death = _settle(ray, [*refs, *peers])
         if death is not None:  # e.g. a rank whose peer died, failing in a collective first
             raise EngineFailure(_died(what, death)) from None
         raise EngineFailure(f"{what}: {_last_line(e)} ({LOGS_HINT})") from None
@@ -81,20 +86,22 @@ def _died(what: str, error: BaseException) -> str:
     return f"{what}: an actor died ({_last_line(error)}; {LOGS_HINT})"
 
 
-def _actor_death(ray: Any, refs: Sequence[Any]) -> BaseException | None:
-    """The death of one of the actors behind ``refs``, if it shows within :data:`PEER_DEATH_WAIT_S`.
+def _settle(ray: Any, refs: Sequence[Any]) -> BaseException | None:
+    """Read the results of a failed call that arrive within :data:`PEER_DEATH_WAIT_S` (Ray would
+    print the errors never read as unhandled, tracebacks and all); the first actor death among them.
 
     When a learner rank dies, the others fail in their next collective at once ("connection closed
     by peer"), usually before Ray has noticed the death; the death is the cause worth reporting."""
     done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=PEER_DEATH_WAIT_S)
+    death = None
     for ref in done:
         try:
             ray.get(ref)
         except ray.exceptions.RayActorError as e:
-            return e
+            death = death or e
         except ray.exceptions.RayError:
             continue
-    return None
+    return death
 
 
 def _last_line(error: BaseException) -> str:
