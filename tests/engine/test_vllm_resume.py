@@ -86,7 +86,9 @@ def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     return {"straight": straight, "resumed": resumed, "consoles": [first, second]}
 
 
-def problem(name, args, returns, doc, example, answer, body, tests) -> dict:
+def problem(
+    name: str, args: str, returns: str, doc: str, example: str, answer: str, body: str, tests: list[str]
+) -> dict:
     """One problem row in codea1's JSONL format."""
     head = f"def {name}({args}) -> {returns}:\n"
     return {
@@ -113,6 +115,7 @@ def role_tensors(run_dir: Path, step: Path, role: str) -> dict[str, torch.Tensor
 
 
 def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    """The same names holding bit-identical tensors."""
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
