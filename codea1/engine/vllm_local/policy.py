@@ -8,7 +8,7 @@ layers refuse a bare ``model.load_weights``; the worker's ``reload_weights`` res
 loads and repacks, so that is what is called: in-process with the tensors themselves, across
 processes (CUDA) through a safetensors file.
 
-Imports: torch, safetensors, vllm, engine.base, engine.lora.
+Imports: torch, safetensors, vllm, engine.base, engine.lora, this package's console.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import torch
 
 from codea1.engine.base import Completion, SamplingParams, request_seed
 from codea1.engine.lora import lora_deltas, merged_weights
+from codea1.engine.vllm_local.console import expected_reload_warnings_hidden
 
 
 class VLLMRollout:
@@ -86,9 +87,10 @@ class VLLMRollout:
         start = time.perf_counter()
         if self.in_process:
             items = [(n, t.detach()) for n, t in weights.items()]
-            self.llm.collective_rpc(
-                "reload_weights", kwargs={"weights_iterator": items, "is_checkpoint_format": True}
-            )
+            with expected_reload_warnings_hidden():  # layers given no tensor keep theirs, as meant
+                self.llm.collective_rpc(
+                    "reload_weights", kwargs={"weights_iterator": items, "is_checkpoint_format": True}
+                )
             self.llm.collective_rpc(repack_tied_head)
         else:  # tensors do not travel through collective_rpc arguments; a file does
             from safetensors.torch import save_file
