@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from codea1.engine.base import Completion, SamplingParams, request_seed
+from codea1.engine.base import ChatTemplatePrompts, Completion, SamplingParams, request_seed
 from codea1.engine.lora import lora_deltas, merged_weights
 from codea1.engine.vllm_local.console import expected_reload_warnings_hidden
 
@@ -123,7 +123,7 @@ def repack_tied_head(worker: Any) -> bool:
     return True
 
 
-class VLLMPolicy:
+class VLLMPolicy(ChatTemplatePrompts):
     """A :class:`~codea1.engine.base.Policy` for one role on a :class:`VLLMRollout`.
 
     Every sample is its own request seeded with :func:`~codea1.engine.base.request_seed` of the
@@ -142,14 +142,6 @@ class VLLMPolicy:
         self.eos_ids: frozenset[int] = frozenset(eos_ids)
         self.role = role
         self.last_stats: dict[str, float] = {}
-
-    def render(self, messages: Sequence[dict[str, str]]) -> str:
-        """Apply the chat template (with the generation prompt) and return the prompt text."""
-        return self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
-
-    def count_tokens(self, text: str) -> int:
-        """Number of tokens of ``text`` (no special tokens added: the template already has them)."""
-        return len(self.tokenizer(text, add_special_tokens=False).input_ids)
 
     def load_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
         """Sample from these full weights from now on (sent to the engine now)."""
