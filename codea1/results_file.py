@@ -62,7 +62,8 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     text (a lone ``\\udXXX`` surrogate escape, which no later step could encode).
     """
     rows: list[dict[str, Any]] = []
-    for i, raw in enumerate(path.read_bytes().splitlines(), 1):
+    data = path.read_bytes().removeprefix(b"\xef\xbb\xbf")  # an editor's byte-order mark
+    for i, raw in enumerate(data.splitlines(), 1):
         if not raw.strip():
             continue
         try:

@@ -1,5 +1,6 @@
 """``codea1 doctor``: what this install can run: torch and its devices, bf16 on this CPU, the demo
-model, and whether vLLM imports (and if not, why), hence which rollout engine ``auto`` picks.
+model, whether vLLM imports (and if not, why), hence which rollout engine ``auto`` picks, and
+whether Ray is installed (``engine.backend: ray``).
 
 vLLM is imported in a child process, so a broken install cannot leave this process half-imported.
 Exit status 0 when torch and transformers work (vLLM is optional), 1 otherwise.
@@ -89,6 +90,15 @@ def run(args: argparse.Namespace) -> int:
     )
     rows.append(("vllm", f"imports ({dist or detail})" if ok else detail))
     rows.append(("rollouts (auto)", "vllm" if ok else "transformers"))
+    ray = _version("ray")
+    rows.append(
+        (
+            "ray",
+            f"{ray} (engine.backend=ray, docs/cluster.md)"
+            if ray
+            else "not installed (pip install 'codea1[ray]')",
+        )
+    )
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"{key:<{width}}  {value}")

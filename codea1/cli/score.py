@@ -113,10 +113,12 @@ def _read(source: str) -> Iterator[str]:
         if raw is None:  # a text stream (stdin replaced in-process)
             yield from sys.stdin
         else:
-            for line in raw:
-                yield line.decode("utf-8", errors="surrogateescape")
+            for n, line in enumerate(raw):
+                yield (line.removeprefix(b"\xef\xbb\xbf") if n == 0 else line).decode(
+                    "utf-8", errors="surrogateescape"
+                )
         return
-    with open(source, encoding="utf-8", errors="surrogateescape") as f:
+    with open(source, encoding="utf-8-sig", errors="surrogateescape") as f:  # -sig: a leading BOM is dropped
         yield from f
 
 

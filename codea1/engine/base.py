@@ -117,6 +117,21 @@ class Policy(Protocol):
         ...
 
 
+class ChatTemplatePrompts:
+    """``render`` and ``count_tokens`` with a Hugging Face tokenizer (``self.tokenizer``): the prompt
+    side shared by the policies of the real engines."""
+
+    tokenizer: Any
+
+    def render(self, messages: Sequence[dict[str, str]]) -> str:
+        """Apply the chat template (with the generation prompt) and return the prompt text."""
+        return self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+
+    def count_tokens(self, text: str) -> int:
+        """Number of tokens of ``text`` (no special tokens added: the template already has them)."""
+        return len(self.tokenizer(text, add_special_tokens=False).input_ids)
+
+
 class Learner(Protocol):
     """Scores and updates one role's trainable weights."""
 

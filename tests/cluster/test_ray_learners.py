@@ -221,3 +221,28 @@ def test_completions_do_not_depend_on_the_replica_count(started, tiny: Path) -> 
         replicas.close()
     assert runs[0] == runs[1]
     assert len({ids for _, ids in runs[0]}) > 1
+
+
+def changed_share(before, after) -> float:
+    before, after = dict(before), dict(after)
+    changed = sum(int((after[n].float() != before[n].float()).sum()) for n in before)
+    return changed / sum(t.numel() for t in before.values())
+
+
+def test_bf16_runs_keep_fp32_master_weights_so_small_updates_land(started, tiny: Path) -> None:
+    """At the paper's lr of 1e-6, a bf16 weight cannot take most updates (its spacing near 0.02 is
+    about 1e-4): the ranks keep fp32 master weights and AdamW state and compute in bf16."""
+    cfg = config(tiny, workers=2)
+    cfg.engine.dtype = "bfloat16"
+    cfg.coder.optim.lr = 1e-6
+    cfg.loss.kl_coef = 0.0
+    remote = started(cfg)
+    before = {n: t.clone() for n, t in remote.named_weights().items()}
+    assert all(t.dtype == torch.float32 for t in before.values())
+    stats = update(remote, batch(), cfg)
+    assert stats["grad_norm"] > 0
+    assert changed_share(before, remote.named_weights()) > 0.9
+    pure = local_roles(cfg).coder_learner  # the local learner holds bf16 weights and moments
+    start = {n: t.clone() for n, t in pure.named_weights().items()}
+    update(pure, batch(), cfg)
+    assert changed_share(start, pure.named_weights()) < 0.5

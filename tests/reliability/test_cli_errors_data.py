@@ -189,3 +189,15 @@ def test_inspect_with_no_tests_asked_is_refused(place: Place, capsys: pytest.Cap
     path = _file(place, [ROW])
     outcome = run_cli(["data", "inspect", path, "--n-tests", "0"], capsys)
     assert_one_line_error(outcome, "--n-tests must be >= 1")
+
+
+def test_a_leading_byte_order_mark_is_not_a_bad_row(tmp_path: Path) -> None:
+    """Editors on some systems start a UTF-8 file with a BOM: the first row still loads."""
+    from codea1.results_file import read_jsonl
+
+    path = tmp_path / "problems.jsonl"
+    path.write_bytes(
+        b"\xef\xbb\xbf" + (json.dumps(ROW) + "\n" + json.dumps({**ROW, "id": "p/2"}) + "\n").encode()
+    )
+    assert [p.id for p in load_problems(str(path))] == ["p/1", "p/2"]
+    assert [r["id"] for r in read_jsonl(path)] == ["p/1", "p/2"]

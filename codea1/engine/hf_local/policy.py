@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import torch
 from transformers import GenerationConfig, LogitsProcessorList
 
-from codea1.engine.base import Completion, SamplingParams
+from codea1.engine.base import ChatTemplatePrompts, Completion, SamplingParams
 from codea1.engine.hf_local.logprobs import SampledTokenLogprobs
 
 
@@ -29,7 +29,7 @@ class Rollout(Protocol):
     def load_adapter(self, role: str, weights: Mapping[str, torch.Tensor]) -> None: ...
 
 
-class HFPolicy:
+class HFPolicy(ChatTemplatePrompts):
     """A :class:`~codea1.engine.base.Policy` over a transformers causal LM.
 
     ``rollout`` holds the module to sample from for ``role`` (it may merge adapter weights first).
@@ -51,14 +51,6 @@ class HFPolicy:
         if tokenizer.eos_token_id is not None:
             eos_ids.add(tokenizer.eos_token_id)
         self.eos_ids: frozenset[int] = frozenset(eos_ids)
-
-    def render(self, messages: Sequence[dict[str, str]]) -> str:
-        """Apply the chat template (with the generation prompt) and return the prompt text."""
-        return self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
-
-    def count_tokens(self, text: str) -> int:
-        """Number of tokens of ``text`` (no special tokens added: the template already has them)."""
-        return len(self.tokenizer(text, add_special_tokens=False).input_ids)
 
     def load_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
         """Sample from these full weights (the learner's own tensors are not copied)."""

@@ -5,7 +5,9 @@ address, then starts ``torch.distributed`` on all of them (gloo on CPU, NCCL on 
 builds the role's model and frozen reference exactly as the local backend does (same files, same
 seed for LoRA initialisation), shards both with FSDP2, and wraps them in the same
 :class:`~codea1.engine.hf_local.HFLearner`; the loss normaliser and the micro-batch count are
-agreed over the group, so an update equals the one-process update on the whole batch.
+agreed over the group, so an update equals the one-process update on the whole batch. When the
+run's dtype is bf16, the ranks keep fp32 master weights and AdamW state and compute in bf16 (FSDP2
+mixed precision): pure bf16 weights would round most updates at the paper's lr of 1e-6 away.
 
 Imports: torch, config, engine.base, engine.build (schedules), engine.hf_local.
 """
@@ -25,6 +27,7 @@ from codea1.engine.hf_local import HFLearner
 from codea1.engine.hf_local.fsdp import shard
 from codea1.engine.hf_local.roles import load_trainable, with_adapters
 from codea1.engine.hf_local.weights import AdapterWeights, FullWeights
+from codea1.engine.loading import pick_device, pick_dtype
 
 
 def role_model_spec(cfg: RunConfig, role: str) -> str:
@@ -64,18 +67,21 @@ class LearnerWorker:
         )
         if cuda:
             torch.cuda.set_device(0)
+        compute = pick_dtype(engine.dtype, pick_device(engine.device))
+        mixed = compute != torch.float32  # fp32 master weights and AdamW state, compute in bf16
+        engine.dtype = "float32"
         model, tokenizer = load_trainable(engine, role_model_spec(self.cfg, self.role))
         keep_reference = self.cfg.loss.kl_coef > 0
         if engine.mode == "separate":
             weights: Any = FullWeights(model, keep_reference)
-            shard(weights.model)
-            if weights.reference is not None:
-                shard(weights.reference)
+            shard(weights.model, compute if mixed else None)
+            if weights.reference is not None:  # frozen: held in the compute dtype, as locally
+                shard(weights.reference.to(compute))
         else:
             names = ["coder"] if shares_one_model(self.cfg) else ["coder", "tester"]
             weights = AdapterWeights(with_adapters(model, engine, names, seed=self.cfg.train.seed), self.role)
             weights.train_model()  # settles which adapter is trainable before sharding
-            shard(weights.peft_model)
+            shard(weights.peft_model, compute if mixed else None)
         sampling = getattr(self.cfg, self.role).sampling
         self.learner = HFLearner(
             weights, optim, total_steps, temperature=sampling.temperature, pad_id=tokenizer.pad_token_id,

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from codea1.config import RunConfig
-from codea1.engine.base import Completion, SamplingParams
+from codea1.engine.base import ChatTemplatePrompts, Completion, SamplingParams
 from codea1.engine.loading import load_tokenizer, model_location
 from codea1.engine.ray_cluster.learner_group import RemoteWeights
 from codea1.engine.ray_cluster.placement import Layout
@@ -100,21 +100,13 @@ class ReplicaGroup:
         self.replicas = []
 
 
-class RayPolicy:
+class RayPolicy(ChatTemplatePrompts):
     """The :class:`~codea1.engine.base.Policy` of one role on a :class:`ReplicaGroup`."""
 
     def __init__(self, group: ReplicaGroup, role: str, engine: str) -> None:
         self.group, self.role, self.name = group, role, engine
         self.tokenizer = group.tokenizer
         self.last_stats: dict[str, float] = {}
-
-    def render(self, messages: Sequence[dict[str, str]]) -> str:
-        """Apply the chat template (with the generation prompt) and return the prompt text."""
-        return self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
-
-    def count_tokens(self, text: str) -> int:
-        """Number of tokens of ``text`` (no special tokens added: the template already has them)."""
-        return len(self.tokenizer(text, add_special_tokens=False).input_ids)
 
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[Completion]:
         """Sample ``params.n`` completions per prompt across the replicas (prompt-major)."""

@@ -8,7 +8,7 @@ layers refuse a bare ``model.load_weights``; the worker's ``reload_weights`` res
 loads and repacks, so that is what is called: in-process with the tensors themselves, across
 processes (CUDA) through a safetensors file.
 
-Imports: torch, safetensors, vllm, engine.base, engine.lora.
+Imports: torch, safetensors, vllm, engine.base, engine.lora, this package's console.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from typing import Any
 
 import torch
 
-from codea1.engine.base import Completion, SamplingParams, request_seed
+from codea1.engine.base import ChatTemplatePrompts, Completion, SamplingParams, request_seed
 from codea1.engine.lora import lora_deltas, merged_weights
+from codea1.engine.vllm_local.console import expected_reload_warnings_hidden
 
 
 class VLLMRollout:
@@ -86,9 +87,10 @@ class VLLMRollout:
         start = time.perf_counter()
         if self.in_process:
             items = [(n, t.detach()) for n, t in weights.items()]
-            self.llm.collective_rpc(
-                "reload_weights", kwargs={"weights_iterator": items, "is_checkpoint_format": True}
-            )
+            with expected_reload_warnings_hidden():  # layers given no tensor keep theirs, as meant
+                self.llm.collective_rpc(
+                    "reload_weights", kwargs={"weights_iterator": items, "is_checkpoint_format": True}
+                )
             self.llm.collective_rpc(repack_tied_head)
         else:  # tensors do not travel through collective_rpc arguments; a file does
             from safetensors.torch import save_file
@@ -121,7 +123,7 @@ def repack_tied_head(worker: Any) -> bool:
     return True
 
 
-class VLLMPolicy:
+class VLLMPolicy(ChatTemplatePrompts):
     """A :class:`~codea1.engine.base.Policy` for one role on a :class:`VLLMRollout`.
 
     Every sample is its own request seeded with :func:`~codea1.engine.base.request_seed` of the
@@ -140,14 +142,6 @@ class VLLMPolicy:
         self.eos_ids: frozenset[int] = frozenset(eos_ids)
         self.role = role
         self.last_stats: dict[str, float] = {}
-
-    def render(self, messages: Sequence[dict[str, str]]) -> str:
-        """Apply the chat template (with the generation prompt) and return the prompt text."""
-        return self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
-
-    def count_tokens(self, text: str) -> int:
-        """Number of tokens of ``text`` (no special tokens added: the template already has them)."""
-        return len(self.tokenizer(text, add_special_tokens=False).input_ids)
 
     def load_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
         """Sample from these full weights from now on (sent to the engine now)."""

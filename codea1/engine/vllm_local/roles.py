@@ -7,7 +7,8 @@ than vLLM's default of 0.9 × RAM. On CUDA it runs in vLLM's normal multiprocess
 
 ``separate`` mode starts one engine per role (the roles may be different models); ``adapters``
 mode and self-play start one engine for both roles. vLLM's prefix cache is reset after every
-weight sync, since cached prompt KV was computed with the old weights.
+weight sync, since cached prompt KV was computed with the old weights. vLLM logs errors only unless
+``CODEA1_VLLM_LOGS=1`` (``console``).
 
 Imports: torch, transformers (config), vllm, config, engine.loading, engine.lora, this package.
 """
@@ -24,6 +25,7 @@ import torch
 from codea1.config import RunConfig
 from codea1.engine.loading import model_location, pick_device, pick_dtype
 from codea1.engine.lora import base_weights
+from codea1.engine.vllm_local.console import engine_start_warnings_hidden, quiet_vllm_logging
 from codea1.engine.vllm_local.policy import VLLMPolicy, VLLMRollout
 
 CPU_ENVIRONMENT = {
@@ -78,20 +80,23 @@ def start_engine(
         raise VLLMStartError(f"engine.rollout=vllm: {error}")
     from vllm import LLM
 
+    quiet = quiet_vllm_logging()  # again: something may have imported vLLM before us
     model_config = AutoConfig.from_pretrained(location)
     try:
-        return LLM(
-            model=location,
-            tokenizer=location,
-            dtype={torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}[dtype],
-            seed=cfg.train.seed,
-            max_model_len=max_model_len(cfg),
-            max_num_seqs=max_sequences(cfg),
-            kv_cache_memory_bytes=kv_cache_bytes(cfg, model_config, dtype),
-            logprobs_mode="processed_logprobs",
-            enforce_eager=in_process,
-            **({"enable_sleep_mode": True} if sleep_mode else {}),
-        )
+        with engine_start_warnings_hidden(quiet):
+            return LLM(
+                model=location,
+                tokenizer=location,
+                dtype={torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}[dtype],
+                seed=cfg.train.seed,
+                max_model_len=max_model_len(cfg),
+                max_num_seqs=max_sequences(cfg),
+                kv_cache_memory_bytes=kv_cache_bytes(cfg, model_config, dtype),
+                logprobs_mode="processed_logprobs",
+                enforce_eager=in_process,
+                use_tqdm_on_load=not quiet,
+                **({"enable_sleep_mode": True} if sleep_mode else {}),
+            )
     except Exception as e:  # vLLM raises many types while starting (ValueError, RuntimeError, OSError)
         raise VLLMStartError(f"vLLM did not start for {location}: {type(e).__name__}: {e}") from e
 

@@ -1,0 +1,88 @@
+"""What vLLM prints into codea1's console: errors only, unless ``CODEA1_VLLM_LOGS=1``.
+
+vLLM configures its ``vllm`` logger from ``VLLM_LOGGING_LEVEL`` (default INFO, to stdout) when it
+is first imported. An engine running inside the training process would then print about thirty INFO
+and WARNING lines at start-up and four after every weight sync into the training console. So before
+vLLM is imported (and again before an engine starts, in case something imported it earlier) codea1
+sets ``VLLM_LOGGING_LEVEL=ERROR`` (inherited by vLLM's worker processes on CUDA) and the level of the
+``vllm`` logger, hides vLLM's progress bars and the ``FutureWarning`` its start-up kernel scan
+triggers, and quiets torch's "Triton not available" line, which only vLLM's CPU start-up causes.
+Errors stay visible. ``CODEA1_VLLM_LOGS=1``, or a ``VLLM_LOGGING_LEVEL`` of the user's own, leaves
+vLLM's logging as vLLM configures it.
+
+One warning is hidden even then, during codea1's own weight syncs: ``<layer>: Failed to load
+weights``. vLLM logs it for every layer a reload gives no tensor to, after putting that layer's
+previous tensors back. That is what a sync means here: a partial set of tensors updates only those
+(``adapters`` mode sends the adapted projections only), the rotary embedding has no weights in any
+checkpoint (its cos/sin table is a buffer), and an output head tied to the embedding has no tensor
+of its own (``policy.repack_tied_head`` rebuilds it from the new embedding).
+
+Imports: nothing heavy (logging, warnings).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import warnings
+from collections.abc import Iterator
+
+VERBOSE_ENV = "CODEA1_VLLM_LOGS"
+"""Set to 1 to see all of vLLM's log lines, progress bars and warnings."""
+LEVEL_ENV = "VLLM_LOGGING_LEVEL"
+QUIET_LEVEL = "ERROR"
+QUIETED_LOGGERS = ("vllm", "torch._library.triton")
+"""Loggers held at ``QUIET_LEVEL``: vLLM's own, and torch's "Triton not available" notice."""
+RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
+EXPECTED_RELOAD_WARNING = "%s: Failed to load weights"
+
+
+def verbose() -> bool:
+    """True when ``CODEA1_VLLM_LOGS`` asks for vLLM's full logging (any value but empty/0/false/no)."""
+    return os.environ.get(VERBOSE_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def quiet_vllm_logging() -> bool:
+    """Keep vLLM's logging to errors unless the user asked otherwise; returns whether it is quiet.
+
+    Call it before ``import vllm`` (the level is read then) and before an engine starts. Idempotent.
+    """
+    if verbose():
+        return False
+    if os.environ.setdefault(LEVEL_ENV, QUIET_LEVEL).strip().upper() != QUIET_LEVEL:
+        return False  # the user's own VLLM_LOGGING_LEVEL, which vLLM applies itself
+    for name in QUIETED_LOGGERS:
+        logging.getLogger(name).setLevel(QUIET_LEVEL)
+    return True
+
+
+@contextlib.contextmanager
+def engine_start_warnings_hidden(quiet: bool) -> Iterator[None]:
+    """While an engine starts, hide the ``FutureWarning``s vLLM's modules trigger (when ``quiet``)."""
+    if not quiet:
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning, module=r"vllm(\.|$)")
+        yield
+
+
+class ExpectedReloadWarning(logging.Filter):
+    """Drops vLLM's ``<layer>: Failed to load weights`` record, and no other (see the module doc)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """False for the one expected record, True for everything else."""
+        return record.msg != EXPECTED_RELOAD_WARNING
+
+
+@contextlib.contextmanager
+def expected_reload_warnings_hidden() -> Iterator[None]:
+    """Hide the expected ``Failed to load weights`` warnings of one in-process weight sync."""
+    logger = logging.getLogger(RELOAD_LOGGER)
+    hide = ExpectedReloadWarning()
+    logger.addFilter(hide)
+    try:
+        yield
+    finally:
+        logger.removeFilter(hide)
