@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -10,20 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.benchmarks.benchmark_scripts import load_benchmark
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "cluster_bench.py"
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("cluster_bench", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
-cb = _module()
+cb = load_benchmark("cluster_bench")
 
 
 def _row(step: int, total: float, rollout: float) -> dict:

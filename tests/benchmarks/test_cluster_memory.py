@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -10,21 +9,13 @@ from pathlib import Path
 import pytest
 
 from codea1.config import load_config
+from tests.benchmarks.benchmark_scripts import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "cluster_memory.py"
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("cluster_memory", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
-cm = _module()
+cm = load_benchmark("cluster_memory")
 
 
 @pytest.mark.parametrize(
