@@ -9,6 +9,7 @@ name and renamed, so a crash never leaves a half-written file. The evaluation wr
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import os
@@ -62,7 +63,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     text (a lone ``\\udXXX`` surrogate escape, which no later step could encode).
     """
     rows: list[dict[str, Any]] = []
-    data = path.read_bytes().removeprefix(b"\xef\xbb\xbf")  # an editor's byte-order mark
+    data = path.read_bytes().removeprefix(codecs.BOM_UTF8)  # an editor's byte-order mark
     for i, raw in enumerate(data.splitlines(), 1):
         if not raw.strip():
             continue

@@ -10,6 +10,7 @@ history and this run's failures are recorded as one new step (unless ``--no-upda
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
 import sys
 from collections.abc import Iterator
@@ -114,7 +115,7 @@ def _read(source: str) -> Iterator[str]:
             yield from sys.stdin
         else:
             for n, line in enumerate(raw):
-                yield (line.removeprefix(b"\xef\xbb\xbf") if n == 0 else line).decode(
+                yield (line.removeprefix(codecs.BOM_UTF8) if n == 0 else line).decode(
                     "utf-8", errors="surrogateescape"
                 )
         return

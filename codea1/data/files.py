@@ -7,6 +7,7 @@ is for ``codea1.data.sources`` to decide.
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import json
 import zlib
@@ -35,12 +36,9 @@ def read_raw(path: Path) -> list[RawRow]:
     raise DataError(f"{path}: unsupported file type (expected .jsonl, .jsonl.gz or .parquet)")
 
 
-UTF8_BOM = b"\xef\xbb\xbf"
-
-
 def _decode_jsonl(data: bytes) -> list[RawRow]:
     rows: list[RawRow] = []
-    data = data.removeprefix(UTF8_BOM)  # an editor's byte-order mark is not part of the first row
+    data = data.removeprefix(codecs.BOM_UTF8)  # an editor's byte-order mark is not part of the first row
     for n, raw in enumerate(data.split(b"\n"), start=1):
         if not raw.strip():
             continue

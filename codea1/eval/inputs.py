@@ -20,6 +20,7 @@ are several suites.
 
 from __future__ import annotations
 
+import codecs
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -53,7 +54,7 @@ SAMPLE_FORMATS = ("auto", "codea1", "human-eval", "evalplus", "bigcode")
 def detect_samples_format(path: Path) -> str:
     """The format of a samples file (see the module docstring); ValueError when it is ambiguous."""
     with open(path, "rb") as f:
-        head = f.read(4096).removeprefix(b"\xef\xbb\xbf").lstrip()
+        head = f.read(4096).removeprefix(codecs.BOM_UTF8).lstrip()
     if head.startswith(b"["):
         return "bigcode"
     keys = {"id" if "id" in row else "task_id" if "task_id" in row else "" for row in read_jsonl(path)}

@@ -26,12 +26,15 @@ from codea1.engine.base import LossFn, TrainBatch
 from codea1.engine.hf_local.logprobs import padded_values, response_logprobs
 from codea1.engine.hf_local.sharded_state import (
     DCP_DIR,
+    SCHEDULER_FILE,
+    barrier,
     full_tensors,
     is_sharded,
     load_full_optimizer,
     load_sharded_optimizer,
     load_weights_into,
-    save_sharded,
+    rank,
+    save_sharded_optimizer,
 )
 
 WEIGHTS_FILE = "weights.safetensors"
@@ -232,14 +235,20 @@ class HFLearner:
         """Write trainable weights (safetensors) and optimizer + scheduler state under ``path``
         (sharded parameters: every rank calls this, see ``sharded_state.py``)."""
         path = Path(path)
-        if any(is_sharded(p) for p in self.params.values()):
-            save_sharded(self, path, _atomic)
-            return
         path.mkdir(parents=True, exist_ok=True)
-        tensors = {n: p.detach().to("cpu").contiguous() for n, p in self.params.items()}
-        _atomic(path / WEIGHTS_FILE, lambda tmp: save_file(tensors, str(tmp)))
-        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
-        _atomic(path / STATE_FILE, lambda tmp: torch.save(state, tmp))
+        sharded = any(is_sharded(p) for p in self.params.values())
+        tensors = {n: t.to("cpu").contiguous() for n, t in full_tensors(self.params).items()}
+        if sharded:  # every rank writes its shards of the optimizer state
+            save_sharded_optimizer(self, path)
+        if rank() == 0:
+            _atomic(path / WEIGHTS_FILE, lambda tmp: save_file(tensors, str(tmp)))
+            if sharded:
+                scheduler = self.scheduler.state_dict()
+                _atomic(path / SCHEDULER_FILE, lambda tmp: torch.save(scheduler, tmp))
+            else:
+                state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+                _atomic(path / STATE_FILE, lambda tmp: torch.save(state, tmp))
+        barrier()
 
     def load(self, path: Path) -> None:
         """Restore what :meth:`save` wrote; names and shapes must match this learner's parameters.

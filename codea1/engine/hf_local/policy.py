@@ -29,6 +29,15 @@ class Rollout(Protocol):
     def load_adapter(self, role: str, weights: Mapping[str, torch.Tensor]) -> None: ...
 
 
+def eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
+    """The token ids that end a completion: the model's generation config's and the tokenizer's."""
+    eos = model.generation_config.eos_token_id
+    ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return frozenset(ids)
+
+
 class HFPolicy(ChatTemplatePrompts):
     """A :class:`~codea1.engine.base.Policy` over a transformers causal LM.
 
@@ -46,11 +55,7 @@ class HFPolicy(ChatTemplatePrompts):
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.last_stats: dict[str, float] = {}
-        eos = rollout.model_for(role).generation_config.eos_token_id
-        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-        if tokenizer.eos_token_id is not None:
-            eos_ids.add(tokenizer.eos_token_id)
-        self.eos_ids: frozenset[int] = frozenset(eos_ids)
+        self.eos_ids: frozenset[int] = eos_ids(rollout.model_for(role), tokenizer)
 
     def load_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
         """Sample from these full weights (the learner's own tensors are not copied)."""

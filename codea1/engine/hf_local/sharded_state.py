@@ -8,7 +8,7 @@ load, so such a checkpoint resumes with any number of ranks, and in one process 
 ``torch.distributed`` (the local backend). Conversely a sharded learner loads a one-process
 checkpoint (``optimizer.pt``) by naming its optimizer state and scattering it.
 
-Imports: torch, safetensors.
+Imports: torch.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
 
 DCP_DIR = "dcp"
 SCHEDULER_FILE = "scheduler.pt"
@@ -47,20 +46,14 @@ def barrier() -> None:
         dist.barrier()
 
 
-def save_sharded(learner: Any, path: Path, write_atomic: Any) -> None:
-    """Write ``learner``'s state under ``path`` (every rank calls this; see the module docstring)."""
+def save_sharded_optimizer(learner: Any, path: Path) -> None:
+    """Write ``learner``'s optimizer state under ``path / dcp`` (every rank its own shards; every
+    rank calls this). The learner writes the weights and the scheduler itself."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
-    path.mkdir(parents=True, exist_ok=True)
-    weights = {n: t.to("cpu").contiguous() for n, t in full_tensors(learner.params).items()}
     optim = get_optimizer_state_dict(learner.weights.owner(), learner.optimizer)
     dcp.save({"optim": optim}, checkpoint_id=str(path / DCP_DIR))
-    if rank() == 0:
-        write_atomic(path / "weights.safetensors", lambda tmp: save_file(weights, str(tmp)))
-        state = learner.scheduler.state_dict()
-        write_atomic(path / SCHEDULER_FILE, lambda tmp: torch.save(state, tmp))
-    barrier()
 
 
 def load_weights_into(params: dict[str, torch.Tensor], tensors: dict[str, torch.Tensor]) -> None:
@@ -112,8 +105,3 @@ def load_full_optimizer(learner: Any, state: dict[str, Any]) -> None:
         options=StateDictOptions(full_state_dict=True),
     )  # fmt: skip
     learner.scheduler.load_state_dict(state["scheduler"])
-
-
-def read_weights(path: Path) -> dict[str, torch.Tensor]:
-    """The whole trainable tensors of a checkpoint's role directory."""
-    return load_file(str(path / "weights.safetensors"))

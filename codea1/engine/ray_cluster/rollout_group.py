@@ -64,15 +64,20 @@ class ReplicaGroup:
         """Every replica samples its share; completions come back in prompt order."""
         self.wake()
         start = time.perf_counter()
-        cuts = spans(len(prompts), len(self.replicas))
-        refs = [
-            replica.generate.remote(role, list(prompts[lo:hi]), dataclasses.replace(params, first_prompt=lo))
-            for replica, (lo, hi) in zip(self.replicas, cuts, strict=True)
+        shares = [
+            (r, lo, hi)
+            for r, (lo, hi) in zip(self.replicas, spans(len(prompts), len(self.replicas)), strict=True)
             if hi > lo
         ]
-        parts = gather(refs, self.what)
+        parts = gather(
+            [
+                r.generate.remote(role, list(prompts[lo:hi]), dataclasses.replace(params, first_prompt=lo))
+                for r, lo, hi in shares
+            ],
+            self.what,
+        )
         out: list[Completion] = []
-        for (lo, _), (completions, _) in zip([c for c in cuts if c[1] > c[0]], parts, strict=True):
+        for (_, lo, _), completions in zip(shares, parts, strict=True):
             out.extend(dataclasses.replace(c, prompt_index=c.prompt_index + lo) for c in completions)
         seconds = time.perf_counter() - start
         new_tokens = sum(len(c.completion_ids) for c in out)

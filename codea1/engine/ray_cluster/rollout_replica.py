@@ -19,6 +19,7 @@ import torch
 
 from codea1.config import RunConfig
 from codea1.engine.base import Completion, SamplingParams
+from codea1.engine.hf_local.policy import eos_ids
 from codea1.engine.loading import load_model_and_tokenizer, model_location, pick_device, pick_dtype
 
 
@@ -50,7 +51,7 @@ class RolloutReplica:
             )  # fmt: skip
             base = {n: p.detach() for n, p in model.named_parameters()} if adapters else None
             rollout: Any = VLLMRollout(llm, in_process=device.type == "cpu", base=base, lora_scale=scale)
-            eos = _eos_ids(model, tokenizer)
+            eos = sorted(eos_ids(model, tokenizer))
             if not adapters:
                 del model  # the engine holds its own copy
             self.policies = {r: VLLMPolicy(rollout, tokenizer, eos, r) for r in roles}
@@ -80,13 +81,9 @@ class RolloutReplica:
         """Take the GPU memory back before sampling or loading weights."""
         self.rollout.llm.wake_up()
 
-    def generate(
-        self, role: str, prompts: Sequence[str], params: SamplingParams
-    ) -> tuple[list[Completion], dict]:
-        """Sample ``role``'s completions of this replica's prompts, and the call's stats."""
-        policy = self.policies[role]
-        out = policy.generate(prompts, params)
-        return out, dict(policy.last_stats)
+    def generate(self, role: str, prompts: Sequence[str], params: SamplingParams) -> list[Completion]:
+        """Sample ``role``'s completions of this replica's prompts."""
+        return self.policies[role].generate(prompts, params)
 
     def load_weights(self, weights: Mapping[str, torch.Tensor]) -> int:
         """Sample from these full weights from now on; returns how many tensors arrived."""
@@ -97,11 +94,3 @@ class RolloutReplica:
         """Sample ``role`` from the base plus these LoRA tensors from now on."""
         self.rollout.load_adapter(role, weights)
         return len(weights)
-
-
-def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
-    eos = model.generation_config.eos_token_id
-    ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-    if tokenizer.eos_token_id is not None:
-        ids.add(tokenizer.eos_token_id)
-    return sorted(ids)
