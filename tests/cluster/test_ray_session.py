@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import socket
 import time
 
 import pytest
@@ -15,7 +16,12 @@ ray = pytest.importorskip("ray", reason="the Ray backend needs the ray extra")
 from codea1.config import ClusterConfig  # noqa: E402
 from codea1.engine.base import EngineFailure  # noqa: E402
 from codea1.engine.ray_cluster.placement import plan, reserve  # noqa: E402
-from codea1.engine.ray_cluster.session import RayUnavailable, gather, starts_local_cluster  # noqa: E402
+from codea1.engine.ray_cluster.session import (  # noqa: E402
+    RayUnavailable,
+    check_reachable,
+    gather,
+    starts_local_cluster,
+)
 
 
 @pytest.fixture(scope="module")
@@ -111,3 +117,15 @@ def test_only_a_cluster_without_an_address_is_the_runs_own(monkeypatch) -> None:
     assert not starts_local_cluster(ClusterConfig(address="auto"))
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
     assert not starts_local_cluster(ClusterConfig())
+
+
+def test_an_unreachable_cluster_address_fails_at_once_in_one_line() -> None:
+    """Ray retries a dead address for minutes; the run asks the port itself first."""
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+        with pytest.raises(RayUnavailable, match="cannot reach the Ray cluster") as e:
+            check_reachable(address, timeout_s=5.0)
+        assert "\n" not in str(e.value)
+    check_reachable("auto")  # left to Ray

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,6 +15,8 @@ from codea1.config import ClusterConfig
 from codea1.engine.base import EngineFailure
 
 INSTALL_HINT = "pip install 'codea1[ray]'"
+REACH_TIMEOUT_S = 5.0
+"""How long a cluster address has to accept a connection before the run gives up on it."""
 PEER_DEATH_WAIT_S = 5.0
 """How long a failed call waits for its other results, to tell an actor death from its echo."""
 LOGS_HINT = "the actors' logs are under the Ray session's logs/ directory, e.g. /tmp/ray/session_latest/logs"
@@ -43,6 +46,7 @@ def connect(cluster: ClusterConfig) -> Any:
     # the driver as one-line errors (see gather)
     options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "WARNING"}
     if address:
+        check_reachable(address)
         options["address"] = address
     elif cluster.num_cpus:
         options["num_cpus"] = cluster.num_cpus
@@ -52,6 +56,23 @@ def connect(cluster: ClusterConfig) -> Any:
         where = f"the Ray cluster at {address!r}" if address else "a local Ray cluster"
         raise RayUnavailable(f"cannot reach {where}: {type(e).__name__}: {e}") from None
     return ray
+
+
+def check_reachable(address: str, timeout_s: float = REACH_TIMEOUT_S) -> None:
+    """A ``HOST:PORT`` or ``ray://HOST:PORT`` address must accept a connection within ``timeout_s``;
+    otherwise :class:`RayUnavailable` at once (Ray itself retries the GCS for minutes).
+    ``auto`` and other forms are left to Ray."""
+    match = re.fullmatch(r"(?:ray://)?\[?([^\[\]/]+?)\]?:(\d+)", address)
+    if match is None:
+        return
+    host, port = match.group(1), int(match.group(2))
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as e:
+        raise RayUnavailable(
+            f"cannot reach the Ray cluster at {address!r}: {e.strerror or e}; start it with "
+            "`ray start --head` there, or fix cluster.address (or RAY_ADDRESS)"
+        ) from None
 
 
 def starts_local_cluster(cluster: ClusterConfig) -> bool:
