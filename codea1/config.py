@@ -217,6 +217,9 @@ class EngineConfig:
     """Recompute activations in the backward pass to save memory."""
     logprob_chunk: int = 1024
     """Tokens per chunk when computing log-probs, so full-vocabulary logits are never all held."""
+    share_prompts: bool = True
+    """Learner passes run a prompt once for all its samples in a micro-batch (one decoder row, a
+    custom attention mask; SDPA and eager attention only). False: one row per sequence."""
     lora_r: int = 16
     """LoRA rank (adapters mode)."""
     lora_alpha: int = 32

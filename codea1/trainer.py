@@ -374,29 +374,40 @@ class Trainer:
 
     def _update(self, role: str, learner: Learner, batch: ro.RoleBatch) -> dict[str, float]:
         """Old (and reference) log-probs, then ``ppo_epochs × mini_batches`` optimizer steps
-        (one ``train_step`` each); stats averaged and re-keyed ``loss/<role>/…``."""
+        (one ``train_step`` each); stats averaged and re-keyed ``loss/<role>/…``.
+
+        Recomputed old log-probs need a pass of their own only when there are several optimizer
+        steps; with one, the weights that would recompute them are the weights being trained, so the
+        learner reads them off its training forward pass (the same values, one pass fewer).
+        """
         if len(batch) == 0:
             return {f"loss/{role}/optimizer_steps": 0.0}
         optim = (self.cfg.coder if role == "coder" else self.cfg.tester).optim
         tb = batch.train
-        if self.cfg.loss.old_logprobs == "recompute":
-            tb.old_logprobs = learner.logprobs(tb)
-        else:
+        n_mini = min(optim.mini_batches, len(tb))
+        n_steps = optim.ppo_epochs * n_mini
+        if self.cfg.loss.old_logprobs == "sampling":
             tb.old_logprobs = batch.sampling_logprobs
+        elif n_steps > 1:
+            tb.old_logprobs = learner.logprobs(tb)
+        else:  # one optimizer step: the learner takes them from its own forward pass (ratio 1)
+            tb.old_logprobs = None
         if self.cfg.loss.kl_coef > 0:
             tb.ref_logprobs = learner.logprobs(tb, reference=True)
-        n_mini = min(optim.mini_batches, len(tb))
         bounds = np.linspace(0, len(tb), n_mini + 1).round().astype(int)
         sums: dict[str, float] = {}
+
+        def cut(values: list | None, lo: int, hi: int) -> list | None:
+            return None if values is None else values[lo:hi]
+
         for _ in range(optim.ppo_epochs):
             for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
                 part = TrainBatch(
                     tb.prompt_ids[lo:hi], tb.completion_ids[lo:hi], tb.advantages[lo:hi],
-                    tb.old_logprobs[lo:hi], None if tb.ref_logprobs is None else tb.ref_logprobs[lo:hi],
+                    cut(tb.old_logprobs, lo, hi), cut(tb.ref_logprobs, lo, hi),
                 )  # fmt: skip
                 for k, v in learner.train_step(part, self.loss_fn).items():
                     sums[k] = sums.get(k, 0.0) + float(v)
-        n_steps = optim.ppo_epochs * n_mini
         out = {f"loss/{role}/{k.removeprefix('loss/')}": v / n_steps for k, v in sums.items()}
         out[f"loss/{role}/optimizer_steps"] = float(n_steps)
         return out

@@ -100,6 +100,7 @@ class HFLearner:
         temperature: float,
         pad_id: int,
         logprob_chunk: int = 1024,
+        share_prompts: bool = True,
         aggregation: str = "token-mean",
         entropy: bool = False,
     ) -> None:
@@ -108,6 +109,7 @@ class HFLearner:
         self.temperature = temperature
         self.pad_id = pad_id
         self.logprob_chunk = logprob_chunk
+        self.share_prompts = share_prompts
         self.weighting: Literal["tokens", "sequences"] = (
             "tokens" if aggregation == "token-mean" else "sequences"
         )
@@ -152,12 +154,14 @@ class HFLearner:
             temperature=self.temperature,
             chunk=self.logprob_chunk,
             with_grad=with_grad,
+            share_prompts=self.share_prompts,
         )
 
     def train_step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
         """One optimizer step over ``batch``; returns loss, grad_norm, lr, tokens, seconds and loss_fn stats.
 
-        Missing ``old_logprobs`` are computed first from the current weights (on-policy ratio 1).
+        Missing ``old_logprobs`` are the current weights' own: each micro-batch's forward pass, detached
+        (ratio 1, as a recomputation before the step would give, without its extra pass).
         The loss normaliser is counted once over the whole batch (summed over the data-parallel
         ranks, see :func:`global_normalizer`) and passed to every micro-batch's ``loss_fn``.
         A non-finite gradient norm skips the optimizer step (``skipped`` = 1).
@@ -169,7 +173,6 @@ class HFLearner:
         normalizer, ranks = global_normalizer(local, device)
         if normalizer.tokens == 0:
             raise ValueError("train_step needs at least one completion token")
-        old = batch.old_logprobs if batch.old_logprobs is not None else self.logprobs(batch)
         lr = self.scheduler.get_last_lr()[0]
         self.optimizer.zero_grad(set_to_none=True)
         model.train()
@@ -186,9 +189,11 @@ class HFLearner:
                 lp, ent, mask = self._score(model, batch.prompt_ids[sl], comps, with_grad=True)
                 width = lp.shape[1]
                 ref = batch.ref_logprobs
+                given = batch.old_logprobs
+                old = lp.detach() if given is None else padded_values(given[sl], width, device)
                 loss, stats = loss_fn(
                     lp,
-                    padded_values(old[sl], width, device),
+                    old,
                     None if ref is None else padded_values(ref[sl], width, device),
                     torch.tensor(batch.advantages[sl], dtype=torch.float32, device=device),
                     mask,

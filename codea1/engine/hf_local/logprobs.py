@@ -1,7 +1,8 @@
 """Per-token log-probs of response tokens, computed without holding a batch's full-vocabulary logits.
 
 The decoder runs once to hidden states; the output head, temperature and ``log_softmax`` are applied
-to ``chunk`` response positions at a time. With gradients, each chunk is wrapped in activation
+to ``chunk`` response positions at a time. Completions of the same prompt share one decoder row
+(:func:`pack`), so a prompt with ``n`` samples is computed once rather than ``n`` times. With gradients, each chunk is wrapped in activation
 checkpointing so backward recomputes its logits instead of keeping them. During generation,
 :class:`SampledTokenLogprobs` records the same quantity for each sampled token while keeping only
 one step's ``[batch, vocab]`` row.
@@ -10,6 +11,7 @@ one step's ``[batch, vocab]`` row.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -17,21 +19,115 @@ from torch.utils.checkpoint import checkpoint
 from transformers import LogitsProcessor
 
 
-def right_padded(
+@dataclass(frozen=True)
+class PackedBatch:
+    """Prompt-completion sequences laid out as decoder rows, and where each completion token's
+    log-prob is read and written.
+
+    Sequences that share a prompt (the ``n`` samples of one prompt) share one row: the prompt once,
+    then each completion, each attending to the prompt and to its own earlier tokens only, with
+    positions that continue the prompt's as if it were alone (``positions``, and a 4-D
+    ``attention`` mask ``[B, 1, L, L]``, boolean for SDPA, additive for eager attention). Without
+    sharing each sequence is its own right-padded row and ``attention`` is the usual ``[B, L]``
+    padding mask (``positions`` None). The token predicted from row ``source_rows[t]`` at column
+    ``source_cols[t]`` is ``targets[t]``; its log-prob goes to ``[out_rows[t], out_cols[t]]`` of the
+    ``[sequences, longest completion]`` result.
+    """
+
+    ids: torch.Tensor
+    attention: torch.Tensor
+    positions: torch.Tensor | None
+    source_rows: torch.Tensor
+    source_cols: torch.Tensor
+    targets: torch.Tensor
+    out_rows: torch.Tensor
+    out_cols: torch.Tensor
+
+
+SHARED_PROMPT_ATTENTION = ("sdpa", "eager")
+"""Attention implementations that take the custom 4-D mask of rows with a shared prompt."""
+
+
+def pack(
     prompt_ids: Sequence[Sequence[int]],
     completion_ids: Sequence[Sequence[int]],
     pad_id: int,
     device: torch.device,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``prompt + completion`` rows, right-padded: ``(input_ids, attention_mask)``, both ``[B, L]``."""
-    rows = [list(p) + list(c) for p, c in zip(prompt_ids, completion_ids, strict=True)]
+    attention: str | None = "sdpa",
+) -> PackedBatch:
+    """Lay out ``prompt + completion`` sequences as rows (see :class:`PackedBatch`).
+
+    With ``attention`` in :data:`SHARED_PROMPT_ATTENTION`, sequences with equal prompts share a row
+    when at least two do; otherwise (or with any other implementation) every sequence has a row.
+    Completions may be empty; prompts may not.
+    """
+    if any(len(p) == 0 for p in prompt_ids):
+        raise ValueError("every sequence needs at least one prompt token")
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, p in enumerate(prompt_ids):
+        groups.setdefault(tuple(p), []).append(i)
+    share = attention in SHARED_PROMPT_ATTENTION and any(len(g) > 1 for g in groups.values())
+    members = list(groups.values()) if share else [[i] for i in range(len(prompt_ids))]
+    rows: list[list[int]] = []
+    positions: list[list[int]] = []
+    segments: list[list[int]] = []  # 0: the prompt, k: the row's k-th completion
+    src_r, src_c, tgt, out_r, out_c = [], [], [], [], []
+    for r, group in enumerate(members):
+        prompt = list(prompt_ids[group[0]])
+        row, pos, seg = list(prompt), list(range(len(prompt))), [0] * len(prompt)
+        for k, i in enumerate(group, start=1):
+            comp = list(completion_ids[i])
+            start = len(row)
+            for j, token in enumerate(comp):
+                src_r.append(r)
+                src_c.append(len(prompt) - 1 if j == 0 else start + j - 1)
+                tgt.append(token)
+                out_r.append(i)
+                out_c.append(j)
+            row += comp
+            pos += range(len(prompt), len(prompt) + len(comp))
+            seg += [k] * len(comp)
+        rows.append(row)
+        positions.append(pos)
+        segments.append(seg)
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-        mask[i, : len(r)] = 1
-    return ids.to(device), mask.to(device)
+    seg_t = torch.full((len(rows), width), -1, dtype=torch.long)
+    pos_t = torch.zeros((len(rows), width), dtype=torch.long)
+    for r, (row, pos, seg) in enumerate(zip(rows, positions, segments, strict=True)):
+        ids[r, : len(row)] = torch.tensor(row, dtype=torch.long)
+        pos_t[r, : len(pos)] = torch.tensor(pos, dtype=torch.long)
+        seg_t[r, : len(seg)] = torch.tensor(seg, dtype=torch.long)
+    if share:
+        mask: torch.Tensor = shared_prompt_mask(seg_t, additive=attention == "eager")
+        position_ids: torch.Tensor | None = pos_t.to(device)
+    else:
+        mask, position_ids = (seg_t >= 0).long(), None
+
+    def as_tensor(values: list[int]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.long, device=device)
+
+    return PackedBatch(
+        ids.to(device), mask.to(device), position_ids, as_tensor(src_r), as_tensor(src_c),
+        as_tensor(tgt), as_tensor(out_r), as_tensor(out_c),
+    )  # fmt: skip
+
+
+def shared_prompt_mask(segments: torch.Tensor, additive: bool) -> torch.Tensor:
+    """``[B, 1, L, L]`` attention of rows whose ``segments`` are 0 (prompt), k (k-th completion)
+    or -1 (padding): causal, and a completion sees the prompt and itself only. Padding positions
+    see themselves only, so no query row is empty. Boolean (True = attend), or additive fp32
+    (0 or the most negative float) for implementations that add the mask to the scores."""
+    width = segments.shape[1]
+    causal = torch.ones((width, width), dtype=torch.bool).tril()
+    query, key = segments[:, :, None], segments[:, None, :]
+    allowed = causal & (key >= 0) & (query >= 0) & ((key == 0) | (key == query))
+    allowed |= torch.eye(width, dtype=torch.bool)
+    allowed = allowed[:, None]
+    if not additive:
+        return allowed
+    lowest = torch.finfo(torch.float32).min
+    return torch.zeros(allowed.shape, dtype=torch.float32).masked_fill(~allowed, lowest)
 
 
 def padded_values(values: Sequence[Sequence[float]], width: int, device: torch.device) -> torch.Tensor:
@@ -70,18 +166,21 @@ class ResponseScorer(torch.nn.Module):
         self.causal_lm = causal_lm
 
     def forward(
-        self, ids: torch.Tensor, attn: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor,
+        self, ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor | None,
+        source_rows: torch.Tensor, source_cols: torch.Tensor, targets: torch.Tensor,
         temperature: float, chunk: int, with_grad: bool,
     ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-        """Log-probs and entropies of the tokens at ``pos + 1`` of ``rows``, given their prefixes."""
+        """Log-probs and entropies of ``targets``, each predicted from the hidden state at
+        ``[source_rows, source_cols]`` of the rows ``ids`` (see :class:`PackedBatch`)."""
         decoder = self.causal_lm.get_decoder()
         head = self.causal_lm.get_output_embeddings()
         softcap = getattr(self.causal_lm.config, "final_logit_softcapping", None)
-        hidden = decoder(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state
-        h = hidden[rows, pos]
-        targets = ids[rows, pos + 1]
+        hidden = decoder(
+            input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=False
+        ).last_hidden_state
+        h = hidden[source_rows, source_cols]
         lps, ents = [], []
-        for s in range(0, len(rows), max(1, chunk)):
+        for s in range(0, len(targets), max(1, chunk)):
             hs, ts = h[s : s + chunk], targets[s : s + chunk]
             if with_grad:
                 lp, ent = checkpoint(_head_logprobs, head, hs, ts, temperature, softcap, use_reentrant=False)
@@ -111,35 +210,33 @@ def response_logprobs(
     temperature: float,
     chunk: int,
     with_grad: bool,
+    share_prompts: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Log-probs of each completion token given its prefix under ``softmax(logits / temperature)``.
 
     Returns ``(logprobs, entropy, mask)``, each ``[B, R]`` with ``R`` the longest completion
     (at least 1); padding positions are 0 in ``logprobs``/``entropy`` and 0 in ``mask``.
     Works for any ``*ForCausalLM`` whose logits are ``lm_head(decoder(x))`` (with optional final
-    logit soft-capping).
+    logit soft-capping). With ``share_prompts``, sequences with the same prompt run the prompt once
+    (see :func:`pack`): the same log-probs up to float rounding, for fewer tokens.
     """
     device = next(causal_lm.parameters()).device
-    ids, attn = right_padded(prompt_ids, completion_ids, pad_id, device)
-    rows, cols, pos = [], [], []
-    for b, (p, c) in enumerate(zip(prompt_ids, completion_ids, strict=True)):
-        for i in range(len(c)):
-            rows.append(b)
-            cols.append(i)
-            pos.append(len(p) - 1 + i)
     width = max([len(c) for c in completion_ids] + [1])
     out_lp = torch.zeros((len(completion_ids), width), dtype=torch.float32, device=device)
     out_ent = torch.zeros_like(out_lp)
     mask = torch.zeros_like(out_lp)
-    if not rows:
+    if not any(completion_ids):
         return out_lp, out_ent, mask
-    r = torch.tensor(rows, device=device)
-    c = torch.tensor(cols, device=device)
-    p = torch.tensor(pos, device=device)
-    lp, ent = scorer_of(causal_lm)(ids, attn, r, p, temperature, chunk, with_grad)
-    out_lp = out_lp.index_put((r, c), lp)
-    out_ent = out_ent.index_put((r, c), ent)
-    mask[r, c] = 1.0
+    attention = getattr(causal_lm.config, "_attn_implementation", None) if share_prompts else None
+    packed = pack(prompt_ids, completion_ids, pad_id, device, attention)
+    lp, ent = scorer_of(causal_lm)(
+        packed.ids, packed.attention, packed.positions, packed.source_rows, packed.source_cols,
+        packed.targets, temperature, chunk, with_grad,
+    )  # fmt: skip
+    where = (packed.out_rows, packed.out_cols)
+    out_lp = out_lp.index_put(where, lp)
+    out_ent = out_ent.index_put(where, ent)
+    mask[where] = 1.0
     return out_lp, out_ent, mask
 
 

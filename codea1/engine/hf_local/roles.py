@@ -71,7 +71,10 @@ def build_roles(
     if shared and temperature_coder != temperature_tester:
         raise ValueError("shared=True needs one sampling temperature for both roles (the learner is shared)")
     tester_spec = engine_cfg.tester_model or engine_cfg.coder_model
-    common = {"logprob_chunk": engine_cfg.logprob_chunk, "aggregation": aggregation, "entropy": entropy}
+    common = {
+        "logprob_chunk": engine_cfg.logprob_chunk, "share_prompts": engine_cfg.share_prompts,
+        "aggregation": aggregation, "entropy": entropy,
+    }  # fmt: skip
     model, tok = load_trainable(engine_cfg, engine_cfg.coder_model)
 
     def learner(weights: Any, optim: OptimConfig, temperature: float, tokenizer: Any) -> HFLearner:

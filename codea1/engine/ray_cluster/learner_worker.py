@@ -85,8 +85,8 @@ class LearnerWorker:
         sampling = getattr(self.cfg, self.role).sampling
         self.learner = HFLearner(
             weights, optim, total_steps, temperature=sampling.temperature, pad_id=tokenizer.pad_token_id,
-            logprob_chunk=engine.logprob_chunk, aggregation=self.cfg.loss.aggregation,
-            entropy=self.cfg.loss.entropy_coef > 0,
+            logprob_chunk=engine.logprob_chunk, share_prompts=engine.share_prompts,
+            aggregation=self.cfg.loss.aggregation, entropy=self.cfg.loss.entropy_coef > 0,
         )  # fmt: skip
         return len(self.learner.params)
 
