@@ -5,7 +5,9 @@
    completion tokens/s are printed with the speed-up over transformers. Each measurement runs in a
    child process of its own (a fresh engine, nothing shared), after one short warm-up call.
 2. With ``--steps N``, ``codea1 train`` runs N steps of the preset with each rollout engine and the
-   mean step time and rollout phases are printed side by side.
+   mean step time, its rollout and update phases and the tokens trained on are printed side by
+   side. The engines sample different completions, so in ``a1`` the tester's work (and both
+   updates) can differ between them; ``--set train.method=golden`` gives both the same kind of work.
 
 Usage: ``python benchmarks/rollout_bench.py [--preset tiny-cpu] [--prompts 16] [--n 4]
 [--max-new-tokens 256] [--dtypes float32,bfloat16] [--steps 1]``. Needs the demo model and, for
@@ -87,7 +89,8 @@ def throughput_table(args: argparse.Namespace) -> None:
 def step_table(args: argparse.Namespace) -> None:
     """Mean step time and rollout phases of ``codea1 train`` with each rollout engine."""
     print(f"\ncodea1 train --preset {args.preset}, {args.steps} step(s) per engine", flush=True)
-    print(f"{'engine':<14}{'wall s':>8}{'step s':>8}{'coder rollout':>15}{'tester rollout':>16}{'push':>7}")
+    print(f"{'engine':<14}{'wall s':>8}{'step s':>8}{'coder rollout':>15}{'tester rollout':>16}{'push':>7}"
+          f"{'update':>8}{'trained tokens':>16}")  # fmt: skip
     rows = {}
     for engine in ENGINES:
         with tempfile.TemporaryDirectory() as tmp:
@@ -107,8 +110,11 @@ def step_table(args: argparse.Namespace) -> None:
             return sum(r.get(key, 0.0) for r in rows_) / len(rows_)
 
         rows[engine] = mean("time/step")
+        update = sum(mean(f"time/{k}") for k in ("update", "update_coder", "update_tester"))
+        trained = mean("loss/coder/tokens") + mean("loss/tester/tokens")  # the work differs by engine
         print(f"{engine:<14}{wall:>8.1f}{rows[engine]:>8.1f}{mean('time/coder_rollout'):>15.1f}"
-              f"{mean('time/tester_rollout'):>16.1f}{mean('time/push_weights'):>7.2f}", flush=True)  # fmt: skip
+              f"{mean('time/tester_rollout'):>16.1f}{mean('time/push_weights'):>7.2f}{update:>8.1f}"
+              f"{trained:>16.0f}", flush=True)  # fmt: skip
     if len(rows) == 2:
         print(f"step speed-up with vLLM: {rows['transformers'] / rows['vllm']:.2f}x")
 

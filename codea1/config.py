@@ -166,8 +166,9 @@ class LossConfig:
     adv_eps: float = 1e-6
     """Epsilon added to the group std."""
     old_logprobs: Literal["recompute", "sampling"] = "recompute"
-    """Old log-probs of the PPO ratio: recomputed by the learner before the update (the paper) or the
-    sampling policy's own (saves one forward pass; equal up to numerics at temperature 1)."""
+    """Old log-probs of the PPO ratio: the learner's own (the paper; read off the training pass when
+    the update is one optimizer step, else recomputed in a pass before it) or the sampling policy's
+    (equal up to numerics in fp32 at temperature 1; saves that pass for multi-step updates)."""
 
 
 @dataclass
