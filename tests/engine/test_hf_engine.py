@@ -87,6 +87,11 @@ def test_separate_mode_generation_logprobs_kl_and_update(separate, tmp_path):
     assert all(torch.equal(p, tester_before[n]) for n, p in separate.tester_learner.params.items())
     assert all(not p.requires_grad for p in separate.coder_learner.weights.reference.parameters())
     assert learner.logprobs(batch, reference=True) == recomputed  # reference stayed frozen
+    # one model for both roles: one frozen reference serves both, and it is not the tester itself
+    tester_weights = separate.tester_learner.weights
+    assert tester_weights.reference is separate.coder_learner.weights.reference
+    assert tester_weights.reference is not tester_weights.model
+    assert separate.tester_learner.logprobs(batch, reference=True) == recomputed
 
     push_weights(learner, policy)
     fresh, fresh_batch = _rollout(policy, seed=8)

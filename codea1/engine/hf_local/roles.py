@@ -90,11 +90,12 @@ def build_roles(
         )
         if shared:
             return Roles(coder[0], coder[1], coder[0], coder[1], tok)
-        if tester_spec == engine_cfg.coder_model:
+        if tester_spec == engine_cfg.coder_model:  # same start: the roles share one frozen reference
             tester_model, tester_tok = copy.deepcopy(model), tok
+            tester_w = FullWeights(tester_model, keep_reference, reference=coder_w.reference)
         else:
             tester_model, tester_tok = load_trainable(engine_cfg, tester_spec)
-        tester_w = FullWeights(tester_model, keep_reference)
+            tester_w = FullWeights(tester_model, keep_reference)
         tester = (
             HFPolicy(ModuleRollout(tester_model), tester_tok, batch_size, "tester"),
             learner(tester_w, tester_optim, temperature_tester, tester_tok),

@@ -22,11 +22,12 @@ from codea1.engine.lora import lora_deltas, merged_weights
 
 
 class FullWeights:
-    """A whole model trained by one role; ``reference`` is a frozen copy taken before any update."""
+    """A whole model trained by one role; ``reference`` is a frozen copy taken before any update, or
+    the given ``reference`` (one frozen copy can serve two roles that start from the same weights)."""
 
-    def __init__(self, model: Any, keep_reference: bool) -> None:
+    def __init__(self, model: Any, keep_reference: bool, reference: Any = None) -> None:
         self.model = model
-        self.reference = _frozen_copy(model) if keep_reference else None
+        self.reference = (reference or _frozen_copy(model)) if keep_reference else None
 
     def train_model(self) -> Any:
         """The causal LM to run with gradients."""
