@@ -58,7 +58,8 @@ class TrainBatch:
     """Sequences of one role to update on, with one scalar advantage per sequence.
 
     ``old_logprobs`` are the log-probs of the policy that sampled (recomputed by the learner
-    before the update); ``ref_logprobs`` come from the frozen reference (None when KL is off).
+    before the update; None: the learner's current weights', taken from the update's own forward
+    pass); ``ref_logprobs`` come from the frozen reference (None when KL is off).
     """
 
     prompt_ids: list[tuple[int, ...]]

@@ -1,11 +1,11 @@
 """Per-token log-probs of response tokens, computed without holding a batch's full-vocabulary logits.
 
 The decoder runs once to hidden states; the output head, temperature and ``log_softmax`` are applied
-to ``chunk`` response positions at a time. Completions of the same prompt share one decoder row
-(:func:`pack`), so a prompt with ``n`` samples is computed once rather than ``n`` times. With gradients, each chunk is wrapped in activation
-checkpointing so backward recomputes its logits instead of keeping them. During generation,
-:class:`SampledTokenLogprobs` records the same quantity for each sampled token while keeping only
-one step's ``[batch, vocab]`` row.
+to ``chunk`` response positions at a time. With gradients, each chunk is wrapped in activation
+checkpointing so backward recomputes its logits instead of keeping them. Completions of the same
+prompt share one decoder row (:func:`pack`), so a prompt with ``n`` samples is computed once, not
+``n`` times. During generation, :class:`SampledTokenLogprobs` records the same quantity for each
+sampled token while keeping only one step's ``[batch, vocab]`` row.
 """
 
 from __future__ import annotations

@@ -27,7 +27,11 @@ class FullWeights:
 
     def __init__(self, model: Any, keep_reference: bool, reference: Any = None) -> None:
         self.model = model
-        self.reference = (reference or _frozen_copy(model)) if keep_reference else None
+        if not keep_reference:
+            reference = None
+        elif reference is None:
+            reference = _frozen_copy(model)
+        self.reference = reference
 
     def train_model(self) -> Any:
         """The causal LM to run with gradients."""
