@@ -178,7 +178,11 @@ class ResponseScorer(torch.nn.Module):
         hidden = decoder(
             input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=False
         ).last_hidden_state
-        h = hidden[source_rows, source_cols]
+        # index_select, not hidden[rows, cols]: a shared prompt's last position feeds the first token
+        # of every completion, and index_select's backward (index_add) sums such repeats in a fixed
+        # order, where advanced indexing's (index_put with accumulate) does not on CPU
+        flat = source_rows * hidden.shape[1] + source_cols
+        h = hidden.reshape(-1, hidden.shape[-1]).index_select(0, flat)
         lps, ents = [], []
         for s in range(0, len(targets), max(1, chunk)):
             hs, ts = h[s : s + chunk], targets[s : s + chunk]
