@@ -206,8 +206,15 @@ def test_close_stops_the_node_actors(ray: Any) -> None:
     (actor,) = [n.actor for n in sandbox._nodes]
     sandbox.close()
     sandbox.close()
-    with pytest.raises(ray.exceptions.RayActorError):
-        ray.get(actor.ready.remote(), timeout=30)
+    # ray.kill is asynchronous: a call sent at once may still be answered, so poll until it is not
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            ray.get(actor.ready.remote(), timeout=30)
+        except ray.exceptions.RayActorError:
+            break
+        assert time.monotonic() < deadline, "a node actor still answers 30 s after close()"
+        time.sleep(0.2)
 
 
 def test_bad_settings_are_refused_before_anything_starts(monkeypatch: pytest.MonkeyPatch) -> None:
