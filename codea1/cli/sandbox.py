@@ -22,6 +22,7 @@ from codea1.cli.options import check_at_least, check_seconds, check_workers
 from codea1.cli.outputs import OutputFile, check_input, check_output
 from codea1.config import SandboxConfig
 from codea1.sandbox.attacks import run_suite
+from codea1.sandbox.channels import channel_status
 from codea1.sandbox.pool import Sandbox, SandboxUnavailable
 from codea1.sandbox.tasks import MAX_CPU_S, check_config
 from codea1.types import GridJob, TestCase
@@ -210,4 +211,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     print(
         "all layers active" if not missing else f"{len(missing)} layer(s) unavailable: {', '.join(missing)}"
     )
+    print("\nhost channels:")
+    statuses = channel_status(layers)
+    for channel, status in statuses:
+        print(f"  {channel:70} {status}")
+    still_open = [c for c, s in statuses if s.startswith("OPEN")]
+    print("every host channel closed" if not still_open else f"{len(still_open)} host channel(s) OPEN")
     return 0

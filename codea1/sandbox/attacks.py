@@ -9,8 +9,12 @@ left behind in any worker.
 
 from __future__ import annotations
 
+import ctypes
 import os
+import random
+import select
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -105,199 +109,343 @@ FORGE_ATTACKS: tuple[Attack, ...] = tuple(
 """Every way candidate code can write bytes towards the trusted side (the report pipe at load
 time, any fd, ctypes ``write(2)``, a dup2'd copy used at call time, a thread, an atexit hook)."""
 
+_BLOCKED_REF = "def f(x):\n    return 'blocked'\n"
+_UNIX_TRY = (
+    "import socket\n"
+    "def _reach(kind, addr):\n"
+    "    try:\n"
+    "        s = socket.socket(socket.AF_UNIX, kind)\n"
+    "        s.settimeout(1)\n"
+    "        if kind == socket.SOCK_DGRAM:\n"
+    "            s.sendto(b'leak', addr)\n"
+    "        else:\n"
+    "            s.connect(addr)\n"
+    "            s.sendall(b'leak')\n"
+    "        return 'connected'\n"
+    "    except OSError:\n"
+    "        return 'blocked'\n"
+)
+_SOCKET_TARGETS = (  # (name, socket type, its number, address)
+    ("unix_stream", "socket.SOCK_STREAM", 1, "{unix_stream!r}"),
+    ("unix_dgram", "socket.SOCK_DGRAM", 2, "{unix_dgram!r}"),
+    ("unix_seqpacket", "socket.SOCK_SEQPACKET", 5, "{unix_seqpacket!r}"),
+    ("abstract_stream", "socket.SOCK_STREAM", 1, "{abstract_stream!r}"),
+    ("abstract_dgram", "socket.SOCK_DGRAM", 2, "{abstract_dgram!r}"),
+)
+
+
+def _reach_expr(kind: int, addr: str) -> str:
+    """A prediction that reaches ``addr`` when evaluated (on the oracle side), then equals 2."""
+    sock = f"__import__('socket').socket(1, {kind})"
+    return f"{sock}.sendto(b'leak', {addr}) and 2" if kind == 2 else f"{sock}.connect({addr}) or 2"
+
+
+HOST_SOCKET_ATTACKS: tuple[Attack, ...] = tuple(
+    attack
+    for name, kind, number, addr in _SOCKET_TARGETS
+    for attack in (
+        _a(
+            f"{name}_at_call",
+            _UNIX_TRY + f"def f(x):\n    return _reach({kind}, {addr})\n",
+            {"pass"},
+            reference=_BLOCKED_REF,
+            tests=(("f(1)", "'blocked'"),),
+            host_check=f"no_connection:{name}",
+        ),
+        _a(
+            f"{name}_at_load",
+            _UNIX_TRY + f"_R = _reach({kind}, {addr})\ndef f(x):\n    return _R\n",
+            {"pass"},
+            reference=_BLOCKED_REF,
+            tests=(("f(1)", "'blocked'"),),
+            host_check=f"no_connection:{name}",
+        ),
+        _a(
+            f"{name}_from_prediction",
+            "def f(x):\n    return x + 1\n",
+            {"pass"},
+            tests=(("f(1)", _reach_expr(number, addr)),),
+            oracle={"wrong_prediction"},
+            host_check=f"no_connection:{name}",
+        ),
+    )
+) + (
+    _a(
+        "unix_sendmsg_and_dgram_socketpair",
+        "import socket\ndef f(x):\n    out = []\n    for make in (lambda: socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM),\n"
+        "                 lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)[0]):\n        try:\n"
+        "            make().sendmsg([b'leak'], [], 0, {unix_dgram!r})\n            out.append('sent')\n"
+        "        except OSError:\n            out.append('blocked')\n    return out\n",
+        {"pass"},
+        reference="def f(x):\n    return ['blocked', 'blocked']\n",
+        tests=(("f(1)", "['blocked', 'blocked']"),),
+        host_check="no_connection:unix_dgram",
+    ),
+    _a(
+        "other_socket_families",
+        "import socket\ndef f(x):\n    out = []\n    for fam, kind in ((socket.AF_INET, socket.SOCK_DGRAM), (socket.AF_INET6, socket.SOCK_STREAM),\n"
+        "                      (socket.AF_NETLINK, socket.SOCK_RAW), (socket.AF_PACKET, socket.SOCK_RAW),\n"
+        "                      (getattr(socket, 'AF_VSOCK', 40), socket.SOCK_STREAM)):\n        try:\n"
+        "            socket.socket(fam, kind)\n            out.append('created')\n        except OSError:\n"
+        "            out.append('blocked')\n    return out\n",
+        {"pass"},
+        reference="def f(x):\n    return ['blocked'] * 5\n",
+        tests=(("f(1)", "['blocked'] * 5"),),
+    ),
+    _a(
+        "stream_socketpair_still_works",
+        "import socket\ndef f(x):\n    a, b = socket.socketpair()\n    a.sendall(bytes([x]))\n    return b.recv(1)[0] + 1\n",
+        {"pass"},
+    ),
+    _a(
+        "stat_host_paths",
+        "import os\ndef f(x):\n    return [p for p in {host_paths!r} if os.path.lexists(p)]\n",
+        {"pass"},
+        reference="def f(x):\n    return []\n",
+        tests=(("f(1)", "[]"),),
+    ),
+    _a(
+        "list_host_tmp",
+        "import os\ndef f(x):\n    seen = []\n    for d in ('/tmp', '/var/tmp', '/run', '/'):\n        try:\n"
+        "            seen += [os.path.join(d, n) for n in os.listdir(d)]\n        except OSError:\n            pass\n"
+        "    return sorted(p for p in seen if {probe_name!r} in p or p.endswith(('.sock', 'ray')))\n",
+        {"pass"},
+        reference="def f(x):\n    return []\n",
+        tests=(("f(1)", "[]"),),
+    ),
+    _a(
+        "sysv_ipc_of_host",
+        "import ctypes\ndef f(x):\n    libc = ctypes.CDLL(None)\n    got = [libc.shmget({shm_key}, 0, 0), libc.msgget({shm_key}, 0), libc.semget({shm_key}, 0, 0)]\n"
+        "    return ['found' if r >= 0 else 'blocked' for r in got]\n",
+        {"pass"},
+        reference="def f(x):\n    return ['blocked'] * 3\n",
+        tests=(("f(1)", "['blocked'] * 3"),),
+    ),
+    _a(
+        "ptrace_and_read_parent_memory",
+        "import ctypes, os\ndef f(x):\n    libc = ctypes.CDLL(None, use_errno=True)\n    out = []\n"
+        "    for pid in (os.getppid(), 1):\n        out.append(libc.ptrace(16, pid, 0, 0))  # PTRACE_ATTACH\n"
+        "        try:\n            open('/proc/%d/mem' % pid, 'rb').read(1)\n            out.append('read')\n"
+        "        except OSError:\n            out.append('denied')\n    return out\n",
+        {"pass"},
+        reference="def f(x):\n    return [-1, 'denied', -1, 'denied']\n",
+        tests=(("f(1)", "[-1, 'denied', -1, 'denied']"),),
+    ),
+    _a(
+        "inherited_descriptors",
+        "import os, stat\ndef f(x):\n    found = []\n    for fd in range(0, 1024):\n        try:\n            mode = os.fstat(fd).st_mode\n"
+        "        except OSError:\n            continue\n        if stat.S_ISSOCK(mode) or stat.S_ISREG(mode) or stat.S_ISDIR(mode):\n"
+        "            found.append(fd)\n    return found\n",
+        {"pass"},
+        reference="def f(x):\n    return []\n",
+        tests=(("f(1)", "[]"),),
+    ),
+)
+"""Every way to reach a host socket (pathname and abstract; stream, datagram, seqpacket; connect,
+sendto, sendmsg; from a candidate at call and load time and from a prediction on the oracle side),
+other socket families, host paths (``os.stat``, ``listdir``), System V IPC, ptrace and process
+memory, inherited descriptors; and a nameless stream socketpair, which must keep working."""
+
 _LOOP = "    while True:\n        pass\n"
 ATTACKS: tuple[Attack, ...] = (
-    _a("infinite_loop", "def f(x):\n" + _LOOP, {"timeout"}),
-    _a("c_level_cpu_hog", "def f(x):\n    return sum(range(10**13))\n", {"timeout"}),
-    _a(
-        "catastrophic_regex",
-        "import re\ndef f(x):\n    return bool(re.match(r'(a+)+$', 'a' * 40 + 'b'))\n",
-        {"timeout"},
-    ),
-    _a("alloc_10gb", "def f(x):\n    b = bytearray(10 * 1024**3)\n    return x + 1\n", {"memory"}),
-    _a("fork_bomb_in_test", "import os\ndef f(x):\n    while True:\n        os.fork()\n", {"error"}),
-    _a(
-        "fork_bomb_at_load",
-        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\ndef f(x):\n    return x + 1\n",
-        {"invalid"},
-        code_status={"timeout", "memory", "error"},
-    ),  # fmt: skip
-    _a(
-        "thread_bomb",
-        "import threading, time\ndef f(x):\n    while True:\n        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n",
-        {"error", "memory", "timeout"},
-    ),  # fmt: skip
-    _a("sys_exit_in_test", "import sys\ndef f(x):\n    sys.exit(0)\n", {"error"}),
-    _a("os_exit_in_test", "import os\ndef f(x):\n    os._exit(0)\n", {"error"}),
-    _a(
-        "sys_exit_at_load",
-        "import sys\nsys.exit(0)\ndef f(x):\n    return x + 1\n",
-        {"invalid"},
-        code_status={"error"},
-    ),
-    _a(
-        "systemexit_from_del",
-        "class D:\n    def __del__(self):\n        raise SystemExit(0)\ndef f(x):\n    return D()\n",
-        {"fail"},
-    ),
-    _a(
-        "signal_handler_override",
-        "import signal\ndef f(x):\n    for s in (signal.SIGPROF, signal.SIGXCPU, signal.SIGALRM, signal.SIGTERM):\n"
-        "        signal.signal(s, signal.SIG_IGN)\n" + _LOOP,
-        {"timeout"},
-    ),  # fmt: skip
-    _a(
-        "fake_verdict_markers",
-        "import os, sys\ndef f(x):\n    print('PASS')\n    print('{\"status\": \"pass\"}')\n"
-        "    sys.stderr.write('ALL TESTS PASSED\\n')\n    os.write(1, b'pass\\n')\n    return 0\n",
-        {"fail"},
-    ),  # fmt: skip
-    _a(
-        "eq_always_true",
-        "class A:\n    def __eq__(self, o):\n        return True\n    def __ne__(self, o):\n        return False\n"
-        "    __hash__ = object.__hash__\ndef f(x):\n    return A()\n",
-        {"fail"},
-    ),  # fmt: skip
-    _a(
-        "patch_builtins",
-        "import builtins\ndef f(x):\n    r = abs(x) + 1\n    builtins.abs = lambda v: -999\n    return r\n",
-        {"pass"},
-        tests=(("f(1)", "2"), ("f(2)", "3"), ("f(3)", "4")),
-    ),  # fmt: skip
-    _a(
-        "global_state_contamination",
-        "_seen = []\ndef f(x):\n    _seen.append(x)\n    return len(_seen) + x\n",
-        {"pass"},
-        tests=(("f(1)", "2"), ("f(1)", "2"), ("f(1)", "2")),
-    ),  # fmt: skip
-    _a(
-        "read_env_secret",
-        "import os\ndef f(x):\n    return os.environ.get('" + SECRET_ENV + "', 'absent')\n",
-        {"pass"},
-        reference="def f(x):\n    return 'absent'\n",
-        tests=(("f(1)", "'absent'"),),
-    ),  # fmt: skip
-    _a(
-        "read_outside_file",
-        "def f(x):\n    try:\n        return open({secret!r}).read()\n    except OSError:\n        return 'denied'\n",
-        {"pass"},
-        reference="def f(x):\n    return 'denied'\n",
-        tests=(("f(1)", "'denied'"),),
-    ),  # fmt: skip
-    _a(
-        "read_host_proc",
-        "def f(x):\n    try:\n        return open('/proc/{host_pid}/environ').read()[:50]\n    except OSError:\n        return 'denied'\n",
-        {"pass"},
-        reference="def f(x):\n    return 'denied'\n",
-        tests=(("f(1)", "'denied'"),),
-    ),  # fmt: skip
-    _a(
-        "write_outside_file",
-        "def f(x):\n    try:\n        open({outside!r} + '/written.txt', 'w').write('x')\n        return 'written'\n"
-        "    except OSError:\n        return 'denied'\n",
-        {"pass"},
-        reference="def f(x):\n    return 'denied'\n",
-        tests=(("f(1)", "'denied'"),),
-        host_check="no_new_files",
-    ),  # fmt: skip
-    _a(
-        "delete_outside_file",
-        "import os, shutil\ndef f(x):\n    for fn in (lambda: os.remove({sentinel!r}), lambda: shutil.rmtree({outside!r})):\n"
-        "        try:\n            fn()\n        except OSError:\n            pass\n    return x + 1\n",
-        {"pass"},
-        host_check="sentinel_intact",
-    ),  # fmt: skip
-    _a(
-        "write_scratch_then_leave",
-        "import os\nopen('left.txt', 'w').write('x' * 1000)\nos.makedirs('d/e', exist_ok=True)\n"
-        "def f(x):\n    return len(os.listdir('.')) + x - 1\n",
-        {"pass"},
-    ),  # fmt: skip
-    _a(
-        "shell_exec",
-        "import os, subprocess\ndef f(x):\n    os.system('touch ' + {outside!r} + '/shell.txt')\n    try:\n"
-        "        subprocess.run(['touch', {outside!r} + '/shell2.txt'])\n    except OSError:\n        pass\n    return x + 1\n",
-        {"pass"},
-        host_check="no_new_files",
-    ),  # fmt: skip
-    _a(
-        "socket_to_host_listener",
-        "import socket\ndef f(x):\n    try:\n        s = socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
-        "        s.sendall(b'leak')\n        return 'connected'\n    except OSError:\n        return 'blocked'\n",
-        {"pass"},
-        reference="def f(x):\n    return 'blocked'\n",
-        tests=(("f(1)", "'blocked'"),),
-        host_check="no_connection",
-    ),  # fmt: skip
-    _a(
-        "kill_parent_in_test",
-        "import os, signal\ndef f(x):\n    for pid in (os.getppid(), {host_pid}, 1, -1, 0):\n        try:\n"
-        "            os.kill(pid, signal.SIGKILL)\n        except OSError:\n            pass\n    return x + 1\n",
-        {"pass"},
-    ),  # fmt: skip
-    _a(
-        "kill_parent_at_load",
-        "import os, signal\nfor pid in (os.getppid(), {host_pid}, 1, -1):\n    try:\n"
-        "        os.kill(pid, signal.SIGKILL)\n    except OSError:\n        pass\ndef f(x):\n    return x + 1\n",
-        {"pass"},
-    ),  # fmt: skip
-    _a(
-        "daemon_left_behind",
-        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        while True:\n"
-        "            time.sleep(0.1)\n    os._exit(0)\ndef f(x):\n    return x + 1\n",
-        {"pass"},
-    ),  # fmt: skip
-    _a(
-        "close_result_pipe_in_test",
-        "import os\ndef f(x):\n    os.closerange(0, 1024)\n    return x + 1\n",
-        {"error"},
-    ),
-    _a(
-        "close_pipes_at_load",
-        "import os\nos.closerange(0, 1024)\ndef f(x):\n    return x + 1\n",
-        {"invalid"},
-        code_status={"error"},
-    ),  # fmt: skip
-    _a(
-        "huge_stdout",
-        "import os\ndef f(x):\n    print('x' * 10**8)\n    os.write(1, b'y' * 10**7)\n    return x + 1\n",
-        {"pass"},
-    ),
-    _a(
-        "deep_recursion",
-        "import sys\nsys.setrecursionlimit(10**7)\ndef f(x):\n    return f(x + 1) + 1\n",
-        {"error", "memory", "timeout"},
-    ),
-    _a("huge_int", "def f(x):\n    return 10 ** 300000\n", {"fail"}),
-    _a(
-        "truthy_object",
-        "class A:\n    def __bool__(self):\n        return True\ndef f(x):\n    return A()\n",
-        {"fail"},
-        reference="def f(x):\n    return x > 0\n",
-        tests=(("f(1)", "True"),),
-    ),
-    _a(
-        "deeply_nested_list",
-        "def f(x):\n    v = []\n    for _ in range(100000):\n        v = [v]\n    return v\n",
-        {"fail"},
-    ),
-    _a("nul_bytes_in_source", "def f(x):\n    return x + 1\x00\n", {"invalid"}, code_status={"error"}),
-    _a(
-        "non_utf8_source", "def f(x):\n    return x + 1  # \udcff\udc80\n", {"invalid"}, code_status={"error"}
-    ),
-    _a("source_10mb", "# " + "a" * 10_000_000 + "\ndef f(x):\n    return x + 1\n", {"pass"}),
-    _a(
-        "hostile_prediction",
-        "def f(x):\n    return x + 1\n",
-        {"pass"},
-        tests=(
-            ("f(1)", "__import__('os').system('touch ' + {outside!r} + '/pred.txt') or 2"),
-            ("f(1)", "[i for i in iter(int, 1)]"),
+    (
+        _a("infinite_loop", "def f(x):\n" + _LOOP, {"timeout"}),
+        _a("c_level_cpu_hog", "def f(x):\n    return sum(range(10**13))\n", {"timeout"}),
+        _a(
+            "catastrophic_regex",
+            "import re\ndef f(x):\n    return bool(re.match(r'(a+)+$', 'a' * 40 + 'b'))\n",
+            {"timeout"},
         ),
-        oracle={"wrong_prediction"},
-        host_check="no_new_files",
-    ),  # fmt: skip
-) + FORGE_ATTACKS
+        _a("alloc_10gb", "def f(x):\n    b = bytearray(10 * 1024**3)\n    return x + 1\n", {"memory"}),
+        _a("fork_bomb_in_test", "import os\ndef f(x):\n    while True:\n        os.fork()\n", {"error"}),
+        _a(
+            "fork_bomb_at_load",
+            "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\ndef f(x):\n    return x + 1\n",
+            {"invalid"},
+            code_status={"timeout", "memory", "error"},
+        ),  # fmt: skip
+        _a(
+            "thread_bomb",
+            "import threading, time\ndef f(x):\n    while True:\n        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n",
+            {"error", "memory", "timeout"},
+        ),  # fmt: skip
+        _a("sys_exit_in_test", "import sys\ndef f(x):\n    sys.exit(0)\n", {"error"}),
+        _a("os_exit_in_test", "import os\ndef f(x):\n    os._exit(0)\n", {"error"}),
+        _a(
+            "sys_exit_at_load",
+            "import sys\nsys.exit(0)\ndef f(x):\n    return x + 1\n",
+            {"invalid"},
+            code_status={"error"},
+        ),
+        _a(
+            "systemexit_from_del",
+            "class D:\n    def __del__(self):\n        raise SystemExit(0)\ndef f(x):\n    return D()\n",
+            {"fail"},
+        ),
+        _a(
+            "signal_handler_override",
+            "import signal\ndef f(x):\n    for s in (signal.SIGPROF, signal.SIGXCPU, signal.SIGALRM, signal.SIGTERM):\n"
+            "        signal.signal(s, signal.SIG_IGN)\n" + _LOOP,
+            {"timeout"},
+        ),  # fmt: skip
+        _a(
+            "fake_verdict_markers",
+            "import os, sys\ndef f(x):\n    print('PASS')\n    print('{\"status\": \"pass\"}')\n"
+            "    sys.stderr.write('ALL TESTS PASSED\\n')\n    os.write(1, b'pass\\n')\n    return 0\n",
+            {"fail"},
+        ),  # fmt: skip
+        _a(
+            "eq_always_true",
+            "class A:\n    def __eq__(self, o):\n        return True\n    def __ne__(self, o):\n        return False\n"
+            "    __hash__ = object.__hash__\ndef f(x):\n    return A()\n",
+            {"fail"},
+        ),  # fmt: skip
+        _a(
+            "patch_builtins",
+            "import builtins\ndef f(x):\n    r = abs(x) + 1\n    builtins.abs = lambda v: -999\n    return r\n",
+            {"pass"},
+            tests=(("f(1)", "2"), ("f(2)", "3"), ("f(3)", "4")),
+        ),  # fmt: skip
+        _a(
+            "global_state_contamination",
+            "_seen = []\ndef f(x):\n    _seen.append(x)\n    return len(_seen) + x\n",
+            {"pass"},
+            tests=(("f(1)", "2"), ("f(1)", "2"), ("f(1)", "2")),
+        ),  # fmt: skip
+        _a(
+            "read_env_secret",
+            "import os\ndef f(x):\n    return os.environ.get('" + SECRET_ENV + "', 'absent')\n",
+            {"pass"},
+            reference="def f(x):\n    return 'absent'\n",
+            tests=(("f(1)", "'absent'"),),
+        ),  # fmt: skip
+        _a(
+            "read_outside_file",
+            "def f(x):\n    try:\n        return open({secret!r}).read()\n    except OSError:\n        return 'denied'\n",
+            {"pass"},
+            reference="def f(x):\n    return 'denied'\n",
+            tests=(("f(1)", "'denied'"),),
+        ),  # fmt: skip
+        _a(
+            "read_host_proc",
+            "def f(x):\n    try:\n        return open('/proc/{host_pid}/environ').read()[:50]\n    except OSError:\n        return 'denied'\n",
+            {"pass"},
+            reference="def f(x):\n    return 'denied'\n",
+            tests=(("f(1)", "'denied'"),),
+        ),  # fmt: skip
+        _a(
+            "write_outside_file",
+            "def f(x):\n    try:\n        open({outside!r} + '/written.txt', 'w').write('x')\n        return 'written'\n"
+            "    except OSError:\n        return 'denied'\n",
+            {"pass"},
+            reference="def f(x):\n    return 'denied'\n",
+            tests=(("f(1)", "'denied'"),),
+            host_check="no_new_files",
+        ),  # fmt: skip
+        _a(
+            "delete_outside_file",
+            "import os, shutil\ndef f(x):\n    for fn in (lambda: os.remove({sentinel!r}), lambda: shutil.rmtree({outside!r})):\n"
+            "        try:\n            fn()\n        except OSError:\n            pass\n    return x + 1\n",
+            {"pass"},
+            host_check="sentinel_intact",
+        ),  # fmt: skip
+        _a(
+            "write_scratch_then_leave",
+            "import os\nopen('left.txt', 'w').write('x' * 1000)\nos.makedirs('d/e', exist_ok=True)\n"
+            "def f(x):\n    return len(os.listdir('.')) + x - 1\n",
+            {"pass"},
+        ),  # fmt: skip
+        _a(
+            "shell_exec",
+            "import os, subprocess\ndef f(x):\n    os.system('touch ' + {outside!r} + '/shell.txt')\n    try:\n"
+            "        subprocess.run(['touch', {outside!r} + '/shell2.txt'])\n    except OSError:\n        pass\n    return x + 1\n",
+            {"pass"},
+            host_check="no_new_files",
+        ),  # fmt: skip
+        _a(
+            "socket_to_host_listener",
+            "import socket\ndef f(x):\n    try:\n        s = socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
+            "        s.sendall(b'leak')\n        return 'connected'\n    except OSError:\n        return 'blocked'\n",
+            {"pass"},
+            reference="def f(x):\n    return 'blocked'\n",
+            tests=(("f(1)", "'blocked'"),),
+            host_check="no_connection",
+        ),  # fmt: skip
+        _a(
+            "kill_parent_in_test",
+            "import os, signal\ndef f(x):\n    for pid in (os.getppid(), {host_pid}, 1, -1, 0):\n        try:\n"
+            "            os.kill(pid, signal.SIGKILL)\n        except OSError:\n            pass\n    return x + 1\n",
+            {"pass"},
+        ),  # fmt: skip
+        _a(
+            "kill_parent_at_load",
+            "import os, signal\nfor pid in (os.getppid(), {host_pid}, 1, -1):\n    try:\n"
+            "        os.kill(pid, signal.SIGKILL)\n    except OSError:\n        pass\ndef f(x):\n    return x + 1\n",
+            {"pass"},
+        ),  # fmt: skip
+        _a(
+            "daemon_left_behind",
+            "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        while True:\n"
+            "            time.sleep(0.1)\n    os._exit(0)\ndef f(x):\n    return x + 1\n",
+            {"pass"},
+        ),  # fmt: skip
+        _a(
+            "close_result_pipe_in_test",
+            "import os\ndef f(x):\n    os.closerange(0, 1024)\n    return x + 1\n",
+            {"error"},
+        ),
+        _a(
+            "close_pipes_at_load",
+            "import os\nos.closerange(0, 1024)\ndef f(x):\n    return x + 1\n",
+            {"invalid"},
+            code_status={"error"},
+        ),  # fmt: skip
+        _a(
+            "huge_stdout",
+            "import os\ndef f(x):\n    print('x' * 10**8)\n    os.write(1, b'y' * 10**7)\n    return x + 1\n",
+            {"pass"},
+        ),
+        _a(
+            "deep_recursion",
+            "import sys\nsys.setrecursionlimit(10**7)\ndef f(x):\n    return f(x + 1) + 1\n",
+            {"error", "memory", "timeout"},
+        ),
+        _a("huge_int", "def f(x):\n    return 10 ** 300000\n", {"fail"}),
+        _a(
+            "truthy_object",
+            "class A:\n    def __bool__(self):\n        return True\ndef f(x):\n    return A()\n",
+            {"fail"},
+            reference="def f(x):\n    return x > 0\n",
+            tests=(("f(1)", "True"),),
+        ),
+        _a(
+            "deeply_nested_list",
+            "def f(x):\n    v = []\n    for _ in range(100000):\n        v = [v]\n    return v\n",
+            {"fail"},
+        ),
+        _a("nul_bytes_in_source", "def f(x):\n    return x + 1\x00\n", {"invalid"}, code_status={"error"}),
+        _a(
+            "non_utf8_source",
+            "def f(x):\n    return x + 1  # \udcff\udc80\n",
+            {"invalid"},
+            code_status={"error"},
+        ),
+        _a("source_10mb", "# " + "a" * 10_000_000 + "\ndef f(x):\n    return x + 1\n", {"pass"}),
+        _a(
+            "hostile_prediction",
+            "def f(x):\n    return x + 1\n",
+            {"pass"},
+            tests=(
+                ("f(1)", "__import__('os').system('touch ' + {outside!r} + '/pred.txt') or 2"),
+                ("f(1)", "[i for i in iter(int, 1)]"),
+            ),
+            oracle={"wrong_prediction"},
+            host_check="no_new_files",
+        ),  # fmt: skip
+    )
+    + FORGE_ATTACKS
+    + HOST_SOCKET_ATTACKS
+)
 
 HARNESS = "def check(candidate):\n    assert candidate(1) == 2\n    assert candidate(1)\n"
 """The check every harness-mode attack runs against (the grid suite's reference is f(x) = x + 1)."""
@@ -323,12 +471,18 @@ NEIGHBOUR_TESTS = {"g": (("g(1, 2)", "3"), ("g(2, 0)", "2")), "h": (("h('ab')", 
 NEIGHBOUR_EXPECTED = {"g": (("pass", "pass"), ("fail", "pass")), "h": (("pass", "pass"), ("fail", "pass"))}
 
 
+_IPC_CREAT, _IPC_RMID = 0o1000, 0
+
+
 @dataclass
 class HostProbe:
-    """Host-side bait: a secret file, a sentinel file, an outside directory and a TCP listener."""
+    """Host-side bait: a secret file, a sentinel file, an outside directory, a TCP listener, UNIX
+    sockets on host paths and abstract names (stream, datagram, seqpacket), a System V shared
+    memory segment and a ``/dev/shm`` file, and host paths that must not be visible inside."""
 
     root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="codea1-attack-")))
-    connections: int = 0
+    hits: dict[str, int] = field(default_factory=dict)
+    """Connections accepted or datagrams received, per listener ("tcp" or an address name)."""
 
     def __post_init__(self) -> None:
         self.outside = self.root / "outside"
@@ -340,25 +494,77 @@ class HostProbe:
         self.listener = socket.socket()
         self.listener.bind(("127.0.0.1", 0))
         self.listener.listen(8)
-        self.listener.settimeout(0.2)
         self.port = self.listener.getsockname()[1]
-        self._stop = False
+        tag = f"{self.root.name}-{os.getpid()}"
+        self.addresses = {
+            "unix_stream": str(self.root / "stream.sock"),
+            "unix_dgram": str(self.root / "dgram.sock"),
+            "unix_seqpacket": str(self.root / "seqpacket.sock"),
+            "abstract_stream": f"\0{tag}-stream",
+            "abstract_dgram": f"\0{tag}-dgram",
+        }
+        kinds = {"stream": socket.SOCK_STREAM, "dgram": socket.SOCK_DGRAM, "seqpacket": socket.SOCK_SEQPACKET}
+        self.sockets = {"tcp": self.listener}
+        for name, address in self.addresses.items():
+            sock = socket.socket(socket.AF_UNIX, kinds[name.split("_")[1]])
+            sock.bind(address)
+            if sock.type != socket.SOCK_DGRAM:
+                sock.listen(8)
+            self.sockets[name] = sock
+        self.shm_key, self._shm_id = self._make_sysv_segment()
+        self.shm_file = Path("/dev/shm") / tag
+        try:
+            self.shm_file.write_text("TOP-SECRET")
+        except OSError:
+            self.shm_file = self.root / "no-dev-shm"
+        self.host_paths = self._host_paths()
+        self._stop = self._settled = False
         self._thread = threading.Thread(target=self._accept, daemon=True)
         self._thread.start()
+
+    @staticmethod
+    def _make_sysv_segment() -> tuple[int, int]:
+        libc = ctypes.CDLL(None, use_errno=True)
+        for _ in range(16):
+            key = random.randrange(1 << 20, 1 << 30)
+            shm_id = libc.shmget(key, 4096, _IPC_CREAT | 0o600)
+            if shm_id >= 0:
+                return key, shm_id
+        return random.randrange(1 << 20, 1 << 30), -1
+
+    def _host_paths(self) -> list[str]:
+        """Host paths that exist here and that no program may see (ancestors of the interpreter's
+        own trees, which the sandbox must show, are left out)."""
+        own = [sys.prefix, sys.base_prefix, tempfile.gettempdir()]
+        candidates = [str(self.root), self.addresses["unix_stream"], str(self.shm_file), "/run", "/var/run",
+                      "/home", "/sys/kernel", "/proc/1", "/dev/shm", "/etc/passwd", "/etc/hostname",
+                      "/var/log", "/root/.ssh", "/tmp/ray"]  # fmt: skip
+        return [p for p in candidates if os.path.lexists(p) and not any(o.startswith(p + "/") for o in own)]
 
     def _accept(self) -> None:
         while not self._stop:
             try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                continue
-            self.connections += 1
-            conn.close()
+                readable, _, _ = select.select(list(self.sockets.values()), [], [], 0.2)
+            except (OSError, ValueError):
+                return
+            for name, sock in self.sockets.items():
+                if sock not in readable:
+                    continue
+                try:
+                    if sock.type == socket.SOCK_DGRAM:
+                        sock.recv(64)
+                    else:
+                        sock.accept()[0].close()
+                except OSError:
+                    continue
+                self.hits[name] = self.hits.get(name, 0) + 1
 
     def fill(self, template: str) -> str:
         """Substitute the bait locations into an attack's source."""
-        values = {"secret": str(self.secret), "outside": str(self.outside), "sentinel": str(self.sentinel),
-                  "port": self.port, "host_pid": os.getpid()}  # fmt: skip
+        values: dict[str, Any] = {"secret": str(self.secret), "outside": str(self.outside),
+                                  "sentinel": str(self.sentinel), "port": self.port, "host_pid": os.getpid(),
+                                  "shm_key": self.shm_key, "host_paths": self.host_paths,
+                                  "probe_name": self.root.name, **self.addresses}  # fmt: skip
         out = template
         for k, v in values.items():
             out = out.replace("{" + k + "!r}", repr(v)).replace("{" + k + "}", str(v))
@@ -371,15 +577,25 @@ class HostProbe:
             return f"files appeared outside the sandbox: {extra}" if extra else ""
         if name == "sentinel_intact":
             return "" if self.sentinel.exists() else "a file outside the sandbox was deleted"
-        if name == "no_connection":
-            return f"{self.connections} connection(s) reached the host listener" if self.connections else ""
+        if name.startswith("no_connection"):  # "no_connection" (TCP) or "no_connection:<address name>"
+            if not self._settled:  # let the accept thread see a late connection, once
+                time.sleep(0.3)
+                self._settled = True
+            listener = name.partition(":")[2] or "tcp"
+            n = self.hits.get(listener, 0)
+            return f"{n} connection(s) reached the host's {listener} listener" if n else ""
         return ""
 
     def close(self) -> None:
-        """Stop the listener and remove the bait."""
+        """Stop the listeners and remove the bait."""
         self._stop = True
-        self.listener.close()
         self._thread.join(timeout=2)
+        for sock in self.sockets.values():
+            sock.close()
+        if self._shm_id >= 0:
+            ctypes.CDLL(None).shmctl(self._shm_id, _IPC_RMID, None)
+        if self.shm_file.parent == Path("/dev/shm"):
+            self.shm_file.unlink(missing_ok=True)
         import shutil
 
         shutil.rmtree(self.root, ignore_errors=True)

@@ -14,7 +14,10 @@ import os
 import resource
 import sys
 
+from codea1.sandbox import minimal_root
+
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
+CLONE_NEWIPC = 0x08000000
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REC, _MS_PRIVATE = 2, 4, 8, 0x4000, 1 << 18
 _PR_SET_PDEATHSIG = 1
 
@@ -38,11 +41,13 @@ def unshare(flags: int) -> str:
 
 
 def enter_namespaces(isolation: str) -> dict[str, str]:
-    """Move the calling process into new net, mount and pid namespaces (+ user ns when not root).
+    """Move the calling process into new net, mount, pid and IPC namespaces (+ user ns when not root).
 
-    The pid namespace applies to children forked afterwards. Returns a layer-status dict.
+    The pid namespace applies to children forked afterwards. The net namespace also holds the
+    abstract UNIX socket names; the IPC namespace holds System V IPC objects and POSIX message
+    queues, so host ones cannot be attached by key. Returns a layer-status dict.
     """
-    names = {"net_ns": CLONE_NEWNET, "mount_ns": CLONE_NEWNS, "pid_ns": CLONE_NEWPID}
+    names = {"net_ns": CLONE_NEWNET, "mount_ns": CLONE_NEWNS, "pid_ns": CLONE_NEWPID, "ipc_ns": CLONE_NEWIPC}
     if isolation == "none":
         return {k: unavailable("isolation=none") for k in names}
     status: dict[str, str] = {}
@@ -76,16 +81,29 @@ def mount(source: str, target: str, fstype: str | None, flags: int, data: str | 
     return "" if rc == 0 else _err(f"mount {target}")
 
 
-def setup_mounts(layers: dict[str, str], scratch: str, scratch_mb: int) -> None:
-    """In a fresh mount namespace: private propagation, a new /proc, a tmpfs scratch dir."""
+def setup_mounts(layers: dict[str, str], scratch: str, scratch_mb: int, read_only: list[str]) -> None:
+    """In a fresh mount namespace: private propagation, then a minimal root holding only
+    ``read_only``, ``/dev/null`` and a tmpfs scratch dir (:mod:`minimal_root`).
+
+    Where the minimal root cannot be built, the host's tree stays (``minimal_root`` unavailable):
+    a new /proc and a tmpfs scratch dir are mounted on it as before.
+    """
     if layers.get("mount_ns") != ACTIVE:
         layers["scratch_tmpfs"] = unavailable("no mount namespace (scratch is a plain directory)")
+        layers["minimal_root"] = unavailable("no mount namespace (host paths are visible)")
         return
     why = mount("none", "/", None, _MS_REC | _MS_PRIVATE, None)
     if why:
         layers["mount_ns"] = unavailable(why)
         layers["scratch_tmpfs"] = unavailable(why)
+        layers["minimal_root"] = unavailable(why)
         return
+    why = minimal_root.pivot_to_minimal_root(read_only, ["/dev/null"], scratch, scratch_mb)
+    if not why:
+        layers["minimal_root"] = ACTIVE
+        layers["scratch_tmpfs"] = ACTIVE
+        return
+    layers["minimal_root"] = unavailable(why)
     if layers.get("pid_ns") == ACTIVE:
         mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None)
     flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
@@ -196,13 +214,21 @@ def _wipe_cwd() -> None:
             except OSError:
                 pass
         if sub is not None:
-            try:
-                os.chmod(sub, 0o700, follow_symlinks=False)
-                os.chdir(sub)
-                stack.append(sub)
-                continue
+            try:  # O_NOFOLLOW + fchmod: no symlink is followed, and no /proc is needed (the
+                # minimal root has none; glibc's chmod without following symlinks goes through it)
+                fd = os.open(sub, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
             except OSError:
-                pass  # cannot enter: leave it (and stop descending into it)
+                fd = -1
+            if fd >= 0:
+                try:
+                    os.fchmod(fd, 0o700)
+                    os.fchdir(fd)
+                    stack.append(sub)
+                    continue
+                except OSError:
+                    pass  # cannot enter: leave it (and stop descending into it)
+                finally:
+                    os.close(fd)
         if not stack:
             break
         os.chdir("..")

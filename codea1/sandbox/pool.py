@@ -26,6 +26,7 @@ from typing import Any
 
 from codea1.config import SandboxConfig
 from codea1.sandbox import cgroups, isolation, scratch
+from codea1.sandbox.channels import open_channels
 from codea1.sandbox.executor import SandboxUnavailable, TaskExecutor, WorkerFailure
 from codea1.sandbox.tasks import ProgramOutcome, ProgramTask, check_config, failed_outcome, parse_result
 
@@ -44,7 +45,21 @@ def _site_dirs() -> list[str]:
     return [d for d in getattr(site, "getsitepackages", list)() if os.path.isdir(d)]
 
 
-_REQUIRED_LAYERS = ("net_ns", "pid_ns", "mount_ns", "rlimits", "seccomp", "landlock", "cgroup_pids")
+_REQUIRED_LAYERS = (
+    "net_ns", "pid_ns", "mount_ns", "ipc_ns", "minimal_root", "rlimits", "seccomp", "landlock", "cgroup_pids",
+)  # fmt: skip
+
+
+def strict_refusal(layers: dict[str, str]) -> str:
+    """Why ``isolation: strict`` refuses to run with these layers (the host channels left open
+    named), or "" when every required layer is active."""
+    missing = [k for k in _REQUIRED_LAYERS if layers.get(k) != isolation.ACTIVE]
+    if not missing:
+        return ""
+    still_open = open_channels(layers)
+    return f"strict isolation: layers not active: {', '.join(missing)}" + (
+        f" (open channels: {'; '.join(still_open)})" if still_open else ""
+    )
 
 
 def default_sandbox_config() -> SandboxConfig:
@@ -229,11 +244,10 @@ class Sandbox(TaskExecutor):
             self.close()
             raise
         self._layers = dict(sorted(self._workers[0].layers.items()))
-        if self.config.isolation == "strict":
-            missing = [k for k in _REQUIRED_LAYERS if self._layers.get(k) != isolation.ACTIVE]
-            if missing:
-                self.close()
-                raise SandboxUnavailable(f"strict isolation: layers not active: {', '.join(missing)}")
+        refusal = strict_refusal(self._layers) if self.config.isolation == "strict" else ""
+        if refusal:
+            self.close()
+            raise SandboxUnavailable(refusal)
 
     def layers(self) -> dict[str, str]:
         """Isolation layer name → ``"active"`` or ``"unavailable: <why>"``."""

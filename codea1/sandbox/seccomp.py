@@ -3,9 +3,12 @@
 Two filters (research/sandbox.md §5):
 
 * **program** (F1, loaded by the program process before it runs untrusted definitions): denies
-  exec, non-AF_UNIX sockets, ptrace and cross-process memory access, mount/namespace/module/
-  keyring/bpf/perf/io_uring calls, the setuid family, and signals aimed at the trusted processes
-  (pid 1, the job runner and ``-1``).
+  exec; every ``socket(2)`` of any family, and ``bind``/``connect``/``listen``/``accept`` (so no
+  pathname, abstract or other host socket can be reached); ``socketpair`` except AF_UNIX
+  SOCK_STREAM (a connected, nameless pair: asyncio's self-pipe; a datagram pair could ``sendto`` a
+  pathname, a stream one cannot); ptrace and cross-process memory access, mount/namespace/module/
+  keyring/bpf/perf/io_uring calls, System V IPC, the setuid family, and signals aimed at the
+  trusted processes (pid 1, the job runner and ``-1``).
 * **test** (F2, added by each per-test child): additionally denies fork/vfork, clone without
   ``CLONE_THREAD`` (``clone3`` answers ENOSYS so libc falls back to ``clone``), and signals to any
   process but itself.
@@ -54,8 +57,17 @@ _DENY_ALWAYS = {
     "io_uring_enter": 426, "io_uring_register": 427, "kcmp": 312, "pidfd_getfd": 438,
     "pidfd_send_signal": 424, "fanotify_init": 300, "personality": 135, "tkill": 200,
     "move_mount": 429, "open_tree": 428, "fsopen": 430, "fsmount": 432, "mknod": 133, "mknodat": 259,
+    "shmget": 29, "shmat": 30, "shmctl": 31, "semget": 64, "semop": 65, "semctl": 66, "shmdt": 67,
+    "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "semtimedop": 220,
+    "mq_open": 240, "mq_unlink": 241, "mq_timedsend": 242, "mq_timedreceive": 243, "mq_notify": 244,
+    "mq_getsetattr": 245,
 }  # fmt: skip
-_NR_SOCKET, _NR_SOCKETPAIR = 41, 53
+_DENY_SOCKET_USE = {"socket": 41, "connect": 42, "accept": 43, "bind": 49, "listen": 50, "accept4": 288}
+"""No socket of any family may be created: generated code has no use for one, and a pathname UNIX
+socket would reach a host service across every namespace (the file system is shared)."""
+_NR_SOCKETPAIR = 53
+_SOCK_TYPE_MASK, _SOCK_STREAM = 0xF, 1
+_ALU_AND_K, _LD_W_ARG1 = 0x54, 24
 _NR_KILL, _NR_TGKILL = 62, 234
 _NR_CLONE, _NR_CLONE3, _NR_FORK, _NR_VFORK = 56, 435, 57, 58
 
@@ -96,13 +108,18 @@ def _build(deny_fork: bool, protected_pids: list[int], own_pid: int | None) -> b
     ]
     for nr in sorted(set(_DENY_ALWAYS.values())) if not deny_fork else []:
         insns += [_jump(_JEQ_K, nr, 0, 1), _stmt(_RET_K, _errno(errno.EPERM))]
-    for nr in (_NR_SOCKET, _NR_SOCKETPAIR) if not deny_fork else ():  # only AF_UNIX sockets
+    for nr in sorted(_DENY_SOCKET_USE.values()) if not deny_fork else []:
+        insns += [_jump(_JEQ_K, nr, 0, 1), _stmt(_RET_K, _errno(errno.EACCES))]
+    if not deny_fork:  # socketpair: only a nameless AF_UNIX stream pair
         insns += [
-            _jump(_JEQ_K, nr, 0, 4),
+            _jump(_JEQ_K, _NR_SOCKETPAIR, 0, 7),
             _stmt(_LD_W_ABS, _OFF_ARG0),
-            _jump(_JEQ_K, _AF_UNIX, 0, 1),
-            _stmt(_RET_K, _RET_ALLOW),
+            _jump(_JEQ_K, _AF_UNIX, 0, 3),
+            _stmt(_LD_W_ABS, _LD_W_ARG1),
+            _stmt(_ALU_AND_K, _SOCK_TYPE_MASK),
+            _jump(_JEQ_K, _SOCK_STREAM, 1, 0),
             _stmt(_RET_K, _errno(errno.EACCES)),
+            _stmt(_RET_K, _RET_ALLOW),
         ]
     if deny_fork:
         insns += [_jump(_JEQ_K, _NR_CLONE3, 0, 1), _stmt(_RET_K, _errno(errno.ENOSYS))]

@@ -110,7 +110,8 @@ def worker_main(plan_hex: str) -> None:
 
 def _zygote(plan: dict[str, Any], layers: dict[str, str]) -> None:
     scratch = plan["scratch"]
-    isolation.setup_mounts(layers, scratch, plan["scratch_mb"])
+    ro, rw = isolation.confinement_paths(scratch, plan["site_dirs"])
+    isolation.setup_mounts(layers, scratch, plan["scratch_mb"], ro)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, signal.SIG_IGN)
     isolation.scrub_environment(scratch)
@@ -125,7 +126,6 @@ def _zygote(plan: dict[str, Any], layers: dict[str, str]) -> None:
     layers["seccomp"] = isolation.ACTIVE if not why else isolation.unavailable(why)
     layers["rlimits"] = isolation.ACTIVE
     if enabled:
-        ro, rw = isolation.confinement_paths(scratch, plan["site_dirs"])
         try:
             abi = landlock.restrict_self(ro, rw)
             layers["landlock"] = isolation.ACTIVE if abi else isolation.unavailable("no ABI")

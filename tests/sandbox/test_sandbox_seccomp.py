@@ -26,11 +26,18 @@ needs_seccomp = pytest.mark.skipif(bool(seccomp.unavailable_reason()), reason="s
 
 
 @needs_seccomp
-def test_program_filter_denies_inet_exec_and_signals_to_protected_pids() -> None:
+def test_program_filter_denies_sockets_exec_and_signals_to_protected_pids() -> None:
     def body() -> int:
         seccomp.install(seccomp.program_filter([os.getppid()]))
-        socket.socket(socket.AF_UNIX).close()
-        for attempt in (lambda: socket.socket(), lambda: os.kill(os.getppid(), 0), lambda: os.kill(-1, 0),
+        a, b = socket.socketpair()  # a nameless stream pair stays allowed (asyncio's self-pipe)
+        a.sendall(b"x")
+        if b.recv(1) != b"x":
+            return 2
+        for attempt in (lambda: socket.socket(), lambda: socket.socket(socket.AF_UNIX),
+                        lambda: socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM),
+                        lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM),
+                        lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET),
+                        lambda: os.kill(os.getppid(), 0), lambda: os.kill(-1, 0),
                         lambda: os.execv("/bin/true", ["true"])):  # fmt: skip
             try:
                 attempt()

@@ -22,7 +22,7 @@ NEST = (
     "os.mkdir('locked')\n"
     "os.chmod('locked', 0)\n"
     "def f(x):\n"
-    "    return sorted(os.listdir('/proc/self/cwd'))\n"
+    "    return sorted(os.listdir('.'))  # the deep cwd (the minimal root has no /proc)\n"
 )
 LOOK = "import os\ndef f(x):\n    return sorted(os.listdir('.'))\n"
 
