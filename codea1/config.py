@@ -286,6 +286,37 @@ class TrainConfig:
 
 
 @dataclass
+class EvalConfig:
+    """Evaluation inside the run (docs/metrics.md, ``eval/``): held-out problems at step 0 (before
+    the first update), every ``every`` steps and at the last step, through the rollout engine."""
+
+    data: str = ""
+    """Held-out problems (a spec as ``data.train``; they need a harness or golden tests); "" = off."""
+    limit: int = 0
+    """Use only the first N held-out problems (0 = all)."""
+    n: int = 4
+    """Coder samples per problem (pass@1, and pass@k for every standard k <= n)."""
+    temperature: float = 0.7
+    """Sampling temperature of both roles' evaluation."""
+    top_p: float = 0.95
+    """Nucleus sampling of both roles' evaluation."""
+    max_new_tokens: int = 256
+    """Completion cap of both roles' evaluation."""
+    seed: int = 0
+    """Sampling seed, the same at every point (sample j of problem i is paired across points)."""
+    every: int = 0
+    """Evaluate every N steps (0 = only at step 0 and the last step)."""
+    tester: bool = True
+    """Also evaluate the Test LLM (a1, selfplay): one suite of ``tests`` tests per problem."""
+    tests: int = 5
+    """Tests considered per suite (``eval tests --k``)."""
+    max_mutants: int = 30
+    """Mutants of the reference per problem: the wrong codes the suites must catch."""
+    chunk: int = 16
+    """Problems per sampling/checking round (``eval --chunk``; the seeds depend on it)."""
+
+
+@dataclass
 class TrackingConfig:
     """Where metrics go."""
 
@@ -325,6 +356,8 @@ class RunConfig:
     """Ray cluster layout (``engine.backend: ray``)."""
     train: TrainConfig = field(default_factory=TrainConfig)
     """Training run."""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """Evaluation inside the run (off unless ``eval.data`` is set)."""
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     """Tracking."""
     preset: str = ""
@@ -408,6 +441,13 @@ def check_invariants(cfg: RunConfig) -> None:
         errors.append(
             "train.method=selfplay needs tester.view=blackbox (the baseline writes black-box tests)"
         )
+    e = cfg.eval
+    if e.data and (
+        e.n < 1 or e.tests < 1 or e.max_new_tokens < 1 or e.chunk < 1 or e.every < 0 or e.limit < 0
+    ):
+        errors.append("eval: n, tests, max_new_tokens and chunk must be >= 1, every and limit >= 0")
+    if e.data and (e.temperature <= 0 or not 0 < e.top_p <= 1):
+        errors.append(f"eval: temperature must be > 0 and top_p in (0, 1], got {e.temperature}, {e.top_p}")
     if errors:
         raise ConfigError("invalid configuration: " + "; ".join(errors))
 

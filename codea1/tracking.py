@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 METRICS_FILE = "metrics.jsonl"
+EVAL_FILE = "eval.jsonl"
+"""The run's evaluation points (docs/metrics.md, ``eval/``), one row per evaluated step."""
 SAMPLES_DIR = "samples"
 METRIC_NAMESPACES = ("coder/", "tester/", "exec/", "replay/", "loss/", "time/")
 
@@ -76,6 +78,19 @@ def _metrics_lines(path: Path) -> list[tuple[int, bytes, dict[str, Any] | None]]
         body = raw.rstrip(b"\r\n")
         if body.strip():
             out.append((number, raw, _parse_metrics_line(body)))
+    return out
+
+
+def read_eval_points(run_dir: Path) -> dict[int, dict[str, Any]]:
+    """The evaluation points of a run (``eval.jsonl``) by step; a step logged twice (a run resumed
+    after a crash) keeps its last row, and damaged lines are skipped."""
+    path = Path(run_dir) / EVAL_FILE
+    if not path.exists():
+        return {}
+    out: dict[int, dict[str, Any]] = {}
+    for _, _, row in _metrics_lines(path):
+        if row is not None and isinstance(row.get("step"), int):
+            out[row["step"]] = row
     return out
 
 
@@ -273,6 +288,29 @@ class Tracker:
         if self._wandb is not None:
             self._wandb.log(scalars, step=step)
         self.display.step_done(step, row)
+        return row
+
+    def log_eval(self, step: int, metrics: Mapping[str, float]) -> dict[str, Any]:
+        """Write one evaluation point (``eval/...`` metrics of ``step``; 0 = before training) to
+        ``eval.jsonl``, TensorBoard and W&B, and say it on the display; returns the row."""
+        row: dict[str, Any] = {"step": step, **{k: _finite(float(v)) for k, v in metrics.items()}}
+        path = self.run_dir / EVAL_FILE
+        torn = path.exists() and path.stat().st_size > 0 and not path.read_bytes().endswith(b"\n")
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(("\n" if torn else "") + json.dumps(row, sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        scalars = {k: v for k, v in row.items() if k != "step" and v is not None}
+        if self._tb is not None:
+            for key, value in scalars.items():
+                self._tb.add_scalar(key, value, step)
+            self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log(scalars, step=step)
+        shown = ", ".join(
+            f"{k.removeprefix('eval/')} {v:.1f}" for k, v in scalars.items() if k != "eval/time_s"
+        )
+        self.display.message(f"eval step {step} | {shown}")
         return row
 
     def save_samples(self, step: int, records: Sequence[Mapping[str, Any]]) -> Path:

@@ -37,6 +37,7 @@ from codea1.checkpoint import (
 from codea1.config import RunConfig, SamplingConfig
 from codea1.core.advantages import AdvantageStats
 from codea1.engine.base import Learner, Policy, SamplingParams, TrainBatch, push_weights
+from codea1.eval.in_training import InRunEvaluator, due
 from codea1.replay.mistake_book import MistakeBook, StepReport
 from codea1.run_lock import RunDirLock
 from codea1.scoring import (
@@ -49,7 +50,7 @@ from codea1.scoring import (
     score_batch,
     score_golden,
 )
-from codea1.tracking import Tracker, truncate_metrics
+from codea1.tracking import Tracker, read_eval_points, truncate_metrics
 from codea1.types import Problem, TestCase
 
 BOOK_FILE = "mistake_book.sqlite"
@@ -231,6 +232,7 @@ def role_metrics(role: str, batch: ro.RoleBatch, stats: AdvantageStats) -> dict[
         f"{role}/trained_reward_mean": _mean(batch.rewards),
         f"{role}/groups": float(stats.n_groups),
         f"{role}/zero_variance_groups": float(stats.n_zero_variance_groups),
+        f"{role}/zero_variance_fraction": stats.n_zero_variance_groups / stats.n_groups if stats.n_groups else 0.0,
         f"{role}/adv_abs_max": stats.adv_abs_max,
     }
 
@@ -254,9 +256,11 @@ class Trainer:
         sandbox: GridRunner,
         run_dir: Path,
         notice: Callable[[str], None] = _to_stderr,
+        evaluator: InRunEvaluator | None = None,
     ) -> None:
         self.cfg, self.models, self.problems, self.sandbox = cfg, models, list(problems), sandbox
         self.notice = notice
+        self.evaluator = evaluator
         self.run_dir = Path(run_dir)
         self.method = cfg.train.method
         self.shared = models.tester_learner is models.coder_learner
@@ -412,6 +416,28 @@ class Trainer:
         out[f"loss/{role}/optimizer_steps"] = float(n_steps)
         return out
 
+    # ---- evaluation inside the run ---------------------------------------------------------------
+
+    def evaluate(self, step: int) -> dict[str, float]:
+        """The evaluation point of ``step`` (0: before the first update) on the weights the policies
+        hold now; logged to ``eval.jsonl`` and the trackers. Points already computed are reused."""
+        assert self.evaluator is not None and self.tracker is not None
+        start = time.perf_counter()
+        metrics = self.evaluator.coder(step, self.models.coder_policy)
+        if self.method != "golden" and self.cfg.eval.tester:
+            metrics |= self.evaluator.tester(step, self.models.tester_policy, self.cfg.tester.view)
+        metrics["eval/time_s"] = time.perf_counter() - start
+        self.tracker.log_eval(step, metrics)
+        return metrics
+
+    def _evaluate_if_due(self, step: int) -> None:
+        """Evaluate ``step`` when it is an evaluation point not yet logged (a resumed run catches up
+        on the point of the step it resumes from)."""
+        if self.evaluator is None or not due(step, self.cfg.eval.every, self.cfg.train.steps):
+            return
+        if step not in read_eval_points(self.run_dir):
+            self.evaluate(step)
+
     # ---- interrupt -------------------------------------------------------------------------------------
 
     def _on_sigint(self, signum: int, frame: Any) -> None:
@@ -494,6 +520,7 @@ class Trainer:
         previous = signal.signal(signal.SIGINT, self._on_sigint) if in_main else None
         last_saved = done
         try:
+            self._evaluate_if_due(done)
             for step in range(done + 1, cfg.train.steps + 1):
                 start = self._state(step - 1, summary.last_metrics or None)
                 try:
@@ -515,6 +542,8 @@ class Trainer:
                 if step % cfg.train.save_every == 0 or step == cfg.train.steps or self.stop_requested:
                     summary.checkpoint = self._save(self._state(step, summary.last_metrics))
                     last_saved = step
+                if not self.stop_requested:
+                    self._evaluate_if_due(step)
                 if self.stop_requested:
                     summary.interrupted = True
                     break

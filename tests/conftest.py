@@ -6,7 +6,9 @@ import pytest
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every ``gpu`` test as skipped when torch sees no CUDA device."""
+    """Mark ``slow`` by place (:func:`_mark_slow_by_place`); skip every ``gpu`` test when torch sees no
+    CUDA device."""
+    _mark_slow_by_place(items)
     gpu_items = [item for item in items if "gpu" in item.keywords]
     if not gpu_items:
         return
@@ -17,3 +19,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip = pytest.mark.skip(reason="needs a CUDA device (torch.cuda.is_available() is False)")
     for item in gpu_items:
         item.add_marker(skip)
+
+
+SLOW_BY_NAME = ("vllm",)
+"""Test files whose name holds one of these (the vLLM engine) are ``slow``."""
+SLOW_BY_IMPORT = ("ray", "require_demo_model", "make_tiny_model")
+"""Test modules that hold one of these names (they start a Ray cluster, or load a real or tiny
+random model) are ``slow``."""
+
+
+def _mark_slow_by_place(items: list[pytest.Item]) -> None:
+    """Mark ``slow`` what starts Ray or vLLM or loads a model, so none slips into the fast set."""
+    for item in items:
+        module = getattr(item, "module", None)
+        names = vars(module) if module is not None else {}
+        if any(w in item.path.name for w in SLOW_BY_NAME) or any(n in names for n in SLOW_BY_IMPORT):
+            item.add_marker(pytest.mark.slow)

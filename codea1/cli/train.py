@@ -150,6 +150,30 @@ def expand_model_paths(cfg: RunConfig) -> None:
         setattr(cfg.engine, name, expanded)
 
 
+def in_run_evaluator(cfg: RunConfig, run_dir: Path, train_problems: list[Any]) -> Any:
+    """The evaluation inside the run (``eval.data``), its problems loaded and checked now, before
+    the run directory is touched; None when ``eval.data`` is empty."""
+    if not cfg.eval.data:
+        return None
+    from codea1.eval.in_training import InRunEvaluator
+    from codea1.eval.runner import EvalInputError
+
+    def say(msg: str) -> None:  # the runner's progress stays quiet; its warnings are shown
+        if msg.startswith(("warning", "errata")):
+            print(f"codea1 train: eval: {msg}", file=sys.stderr, flush=True)
+
+    try:
+        evaluator = InRunEvaluator(cfg.eval, run_dir, cfg.engine.coder_model, cfg.engine.tester_model or cfg.engine.coder_model,
+                                   cfg.sandbox.workers, say)  # fmt: skip
+    except EvalInputError as e:
+        raise CliError(f"eval.data={cfg.eval.data!r}: {e}") from None
+    shared = {p.id for p in train_problems} & {p.id for p in evaluator.problems}
+    if shared:
+        print(f"codea1 train: warning: eval.data shares {len(shared)} problems with data.train "
+              f"(e.g. {sorted(shared)[0]}): they are not held out", file=sys.stderr, flush=True)  # fmt: skip
+    return evaluator
+
+
 def build_models(cfg: RunConfig, problems: list[Any], rollout: str | None = None) -> Any:
     """The engine's roles (:func:`codea1.engine.build.build`); a build failure is a one-line error."""
     from codea1.engine.build import EngineBuildError, build
@@ -230,6 +254,7 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, held: ExitStack) -> Any:
             f"data.problems_per_step={cfg.data.problems_per_step} exceeds the {len(problems)} "
             f"training problems of data.train={cfg.data.train!r}"
         )
+    evaluator = in_run_evaluator(cfg, run_dir, problems)
     if not resume and cfg.engine.kind == "scripted":
         byte_lengths(cfg)
     models = build_models(cfg, problems, rollout=sampler)
@@ -242,7 +267,7 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, held: ExitStack) -> Any:
             sandbox = held.enter_context(Sandbox(cfg.sandbox))
     except SandboxUnavailable as e:
         raise CliError(str(e)) from None
-    trainer = Trainer(cfg, models, problems, sandbox, run_dir)
+    trainer = Trainer(cfg, models, problems, sandbox, run_dir, evaluator=evaluator)
     if not resume:
         try:
             run_dir.mkdir(parents=True, exist_ok=True)

