@@ -232,7 +232,9 @@ def role_metrics(role: str, batch: ro.RoleBatch, stats: AdvantageStats) -> dict[
         f"{role}/trained_reward_mean": _mean(batch.rewards),
         f"{role}/groups": float(stats.n_groups),
         f"{role}/zero_variance_groups": float(stats.n_zero_variance_groups),
-        f"{role}/zero_variance_fraction": stats.n_zero_variance_groups / stats.n_groups if stats.n_groups else 0.0,
+        f"{role}/zero_variance_fraction": stats.n_zero_variance_groups / stats.n_groups
+        if stats.n_groups
+        else 0.0,
         f"{role}/adv_abs_max": stats.adv_abs_max,
     }
 
