@@ -90,3 +90,32 @@ def paired_bootstrap(
         worsened=int((diff < 0).sum()),
         resamples=resamples,
     )
+
+
+def ratio_interval(
+    numerators: Sequence[float],
+    denominators: Sequence[float],
+    *,
+    resamples: int = 2_000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval over problems of ``sum(num) / sum(den)``.
+
+    With denominators of 1 it is the interval of the mean of per-problem scores (a pass rate);
+    with per-problem counts it is that of a pooled ratio (valid tests over tests written). A
+    resample whose denominators sum to 0 counts as 0. Deterministic for a given ``seed``; raises
+    ``ValueError`` on empty or unequal inputs.
+    """
+    num = np.asarray(numerators, dtype=np.float64)
+    den = np.asarray(denominators, dtype=np.float64)
+    if num.ndim != 1 or num.shape != den.shape or num.size == 0:
+        raise ValueError(
+            f"ratio_interval: need two equal, non-empty vectors, got {num.shape} and {den.shape}"
+        )
+    idx = np.random.default_rng(seed).integers(0, num.size, size=(resamples, num.size))
+    tops, bottoms = num[idx].sum(axis=1), den[idx].sum(axis=1)
+    ratios = np.divide(tops, bottoms, out=np.zeros_like(tops), where=bottoms > 0)
+    tail = (1.0 - confidence) / 2.0
+    low, high = np.quantile(ratios, [tail, 1.0 - tail])
+    return float(low), float(high)

@@ -108,4 +108,4 @@ def _overall(summary: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Any]:
 
 
 def _flatten(prefix: str, metrics: Mapping[str, Any]) -> dict[str, float]:
-    return {f"{prefix}/{k}": float(v) for k, v in metrics.items()}
+    return {f"{prefix}/{k}": float(v) for k, v in metrics.items() if k != "problems"}

@@ -104,6 +104,8 @@ def _plot_series(
         )
     else:
         ax.plot(series.steps, series.values, color=colour_, label=label, markersize=4, **style)
+    if series.low is not None and series.high is not None:  # a 95 % band (evaluation points)
+        ax.fill_between(series.steps, series.low, series.high, color=colour_, alpha=0.18, linewidth=0)
 
 
 def _widen_single_step(axes: list[Axes], runs: list[RunData], keys: list[str]) -> None:

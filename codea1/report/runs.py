@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 import yaml
 
-from codea1.core.bootstrap import PairedDelta
+from codea1.core.bootstrap import PairedDelta, ratio_interval
 from codea1.core.comparison import compare_records
 from codea1.results_file import read_records
-from codea1.tracking import METRICS_FILE
+from codea1.tracking import METRICS_FILE, read_eval_points
 
 CONFIG_FILE = "config.yaml"
 EVAL_DIR = "eval"
@@ -38,6 +38,9 @@ class Series:
 
     steps: np.ndarray
     values: np.ndarray
+    low: np.ndarray | None = None
+    high: np.ndarray | None = None
+    """A 95 % band around ``values`` (evaluation points with per-problem results), else None."""
 
     def last_finite(self) -> float | None:
         """The last finite value, or None when there is none."""
@@ -124,6 +127,7 @@ def load_run(path: Path, name: str | None = None) -> RunData:
         run.warnings.append(f"no {METRICS_FILE}: nothing to plot for this run")
     _read_config(run)
     _read_evals(run)
+    _read_in_run_evals(run)
     return run
 
 
@@ -333,3 +337,78 @@ def _add_eval_series(run: RunData, evals: list[tuple[int, dict[str, dict[str, An
         if key not in run.series:
             xs = sorted(by_step)
             run.series[key] = Series(np.array(xs, dtype=np.int64), np.array([by_step[s] for s in xs]))
+
+
+_BANDED = {
+    "eval/coder/pass@1": ("code", lambda r: (sum(r["correct"]), len(r["correct"]))),
+    "eval/tester/validity": ("tests", lambda r: (r["valid"], len(r["tests"]) + r.get("rejected", 0))),
+}
+"""Evaluation keys drawn with a 95 % band: the results file they come from, and each problem's
+(numerator, denominator) of the metric (so the band is a bootstrap over problems of the ratio)."""
+
+
+def _read_in_run_evals(run: RunData) -> None:
+    """The run's own evaluation points (``eval.jsonl``, docs/metrics.md) become ``eval/...`` series,
+    with a 95 % bootstrap band over problems for :data:`_BANDED` keys; when no ``eval/*.json`` file
+    made the table, the newest point fills it, with the paired delta of the coder since step 0."""
+    try:
+        points = read_eval_points(run.path)
+    except OSError as e:
+        run.warnings.append(f"eval.jsonl is unreadable ({e}); no evaluation points")
+        return
+    if not points:
+        return
+    steps = sorted(points)
+    keys = sorted({k for row in points.values() for k in row if k.startswith("eval/") and k != "eval/time_s"})
+    records = {step: _point_records(run, step) for step in steps}
+    for key in keys:
+        values = np.array([_as_float(points[s].get(key)) or math.nan for s in steps])
+        low = high = None
+        if key in _BANDED:
+            task, fraction = _BANDED[key]
+            bands = [_band(records[s].get(task), fraction) for s in steps]
+            low = np.array([100.0 * b[0] if b else math.nan for b in bands])
+            high = np.array([100.0 * b[1] if b else math.nan for b in bands])
+        series = Series(np.array(steps, dtype=np.int64), values, low, high)
+        run.series.setdefault(key, series)
+    if run.eval_table is None:
+        last = steps[-1]
+        rows: dict[str, dict[str, Any]] = {}
+        for key, value in points[last].items():
+            if key.startswith("eval/") and key.count("/") == 2:
+                _, role, metric = key.split("/")
+                rows.setdefault(role, {})[metric] = value
+        deltas: dict[str, PairedDelta] = {}
+        before, after = records[steps[0]].get("code"), records[last].get("code")
+        if last != steps[0] and before and after:
+            try:
+                found = compare_records(before, after, resamples=2_000)
+                deltas = {"coder": found["all"] if "all" in found else next(iter(found.values()))}
+            except ValueError as e:
+                run.warnings.append(f"eval step {last} vs step {steps[0]}: not compared ({e})")
+        run.eval_table = EvalTable(source="eval.jsonl", step=last, rows=rows, n_files=len(steps),
+                                   baseline_step=steps[0] if deltas else None, deltas=deltas)  # fmt: skip
+
+
+def _point_records(run: RunData, step: int) -> dict[str, list[dict[str, Any]]]:
+    """The per-problem records of one evaluation point by task (``code``, ``tests``)."""
+    directory = run.path / EVAL_DIR / f"step_{step:06d}"
+    out: dict[str, list[dict[str, Any]]] = {}
+    for task in ("code", "tests"):
+        files = sorted(directory.glob(f"{task}-*.jsonl")) if directory.is_dir() else []
+        if files:
+            try:
+                out[task] = read_records(files[-1])
+            except (OSError, ValueError) as e:
+                run.warnings.append(f"{files[-1]} is unreadable ({e}); no band at step {step}")
+    return out
+
+
+def _band(records: list[dict[str, Any]] | None, fraction: Any) -> tuple[float, float] | None:
+    if not records:
+        return None
+    try:
+        pairs = [fraction(r) for r in records]
+        return ratio_interval([p[0] for p in pairs], [p[1] for p in pairs])
+    except (KeyError, TypeError, ValueError):
+        return None
