@@ -79,3 +79,14 @@ def test_merged_stats_add_shares_and_weight_means() -> None:
     assert merged["loss"] == pytest.approx(0.75) and merged["tokens"] == 40.0
     assert merged["grad_norm"] == 2.0 and merged["seconds"] == 4.0
     assert merged["clipfrac"] == pytest.approx((0.1 * 30 + 0.5 * 10) / 40)
+
+
+def test_the_local_cluster_is_sized_to_the_layout_within_reason() -> None:
+    from codea1.engine.ray_cluster.session import local_cluster_cpus
+
+    separate = ClusterConfig()  # coder + tester learners and replicas: 4 one-CPU actors
+    assert local_cluster_cpus(separate, 4.0, cores=2) == 4  # a 2-core laptop runs the demo layout
+    assert local_cluster_cpus(separate, 1.0, cores=16) == 16  # never fewer than the cores
+    assert local_cluster_cpus(ClusterConfig(num_cpus=3), 4.0, cores=2) == 3  # the user's number wins
+    assert local_cluster_cpus(ClusterConfig(cpus_per_worker=8.0), 32.0, cores=2) == 2  # no actor fits
+    assert local_cluster_cpus(separate, 130.0, cores=2) == 2  # 65 actors per core: refused by placement

@@ -56,14 +56,13 @@ def build_ray_roles(cfg: RunConfig, *, rollout: str, shared: bool, schedules: di
     """Start the run's actors. ``rollout`` is the sampling engine (``vllm`` or ``transformers``),
     ``schedules`` maps each trained role to ``(optim config, total optimizer steps)``.
     Raises :class:`RayUnavailable` (no Ray, no cluster, too few resources)."""
-    connect(cfg.cluster)
     roles = ["coder"] if shared else ["coder", "tester"]
     adapters = cfg.engine.mode == "adapters"
     # which replica group samples each role: one per model (both roles share one base in adapters mode)
     replica_roles = {"coder": ["coder", "tester"]} if shared or adapters else {r: [r] for r in roles}
-    layout = reserve(
-        plan(cfg.cluster, roles, list(replica_roles)), can_grow=not starts_local_cluster(cfg.cluster)
-    )
+    planned = plan(cfg.cluster, roles, list(replica_roles))
+    connect(cfg.cluster, layout_cpus=sum(b["CPU"] for b in planned.bundles))
+    layout = reserve(planned, can_grow=not starts_local_cluster(cfg.cluster))
     learners: dict[str, RayLearnerGroup] = {}
     groups: list[ReplicaGroup] = []
     try:

@@ -5,6 +5,7 @@ Imports: ray (lazily), config, engine.base.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import socket
@@ -35,9 +36,31 @@ def import_ray() -> Any:
     return ray
 
 
-def connect(cluster: ClusterConfig) -> Any:
+OVERSUBSCRIBE_MAX = 4
+"""A local cluster counts at most this many logical CPUs per core."""
+
+
+def local_cluster_cpus(cluster: ClusterConfig, layout_cpus: float, cores: int | None = None) -> int:
+    """Logical CPUs of the local cluster a run starts: ``cluster.num_cpus`` when set; else enough
+    for the run's layout, and never fewer than the machine's cores. Ray's CPUs are logical: on a
+    2-core laptop the 4 one-CPU actors of ``separate`` mode share the cores. A layout that no
+    sharing makes sensible (one actor wanting more CPUs than the machine has, or more than
+    :data:`OVERSUBSCRIBE_MAX` per core in all) gets only the cores, and the placement then says in
+    one line what it asked for and what exists."""
+    if cluster.num_cpus:
+        return cluster.num_cpus
+    cores = cores or os.cpu_count() or 1
+    need = math.ceil(layout_cpus - 1e-9)
+    if cluster.cpus_per_worker > cores or need > OVERSUBSCRIBE_MAX * cores:
+        return cores
+    return max(cores, need)
+
+
+def connect(cluster: ClusterConfig, layout_cpus: float = 0.0) -> Any:
     """Join ``cluster.address`` (or ``RAY_ADDRESS``), else start a local cluster for this run
-    (``cluster.num_cpus`` CPUs, all when 0); returns the ``ray`` module. Already connected: kept."""
+    (:func:`local_cluster_cpus` logical CPUs: ``cluster.num_cpus``, else what the layout's
+    ``layout_cpus`` need and at least the machine's cores); returns the ``ray`` module. Already
+    connected: kept."""
     ray = import_ray()
     if ray.is_initialized():
         return ray
@@ -48,8 +71,8 @@ def connect(cluster: ClusterConfig) -> Any:
     if address:
         check_reachable(address)
         options["address"] = address
-    elif cluster.num_cpus:
-        options["num_cpus"] = cluster.num_cpus
+    else:
+        options["num_cpus"] = local_cluster_cpus(cluster, layout_cpus)
     try:
         ray.init(**options)
     except Exception as e:  # ConnectionError, RuntimeError, ValueError: all mean no cluster
