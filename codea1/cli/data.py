@@ -1,4 +1,5 @@
-"""``codea1 data validate|inspect PATH_OR_NAME``: check a problem set and show its prompts.
+"""``codea1 data validate|inspect PATH_OR_NAME``: check a problem set and show its prompts
+(``data screen``, the pass-rate band of a model, lives in :mod:`codea1.cli.screen`).
 
 ``validate`` prints the counts per source, a warning per unknown column (with the nearest known
 name) and every invalid row with its reason; ``inspect`` adds
@@ -11,7 +12,7 @@ from __future__ import annotations
 import argparse
 import warnings
 
-from codea1.cli import CliError
+from codea1.cli import CliError, screen
 from codea1.data.problems import (
     DataError,
     DataWarning,
@@ -44,6 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     inspect.add_argument("--id", dest="problem_id", default="", help="show the problem with this id instead")
     inspect.add_argument("--n-tests", type=int, default=8, help="asserts the tester prompt asks for")
     inspect.add_argument("--limit", type=int, default=0, help="check only the first N problems (0 = all)")
+    screen.add_parser(verbs)
     inspect.set_defaults(func=run_inspect)
 
 

@@ -18,7 +18,8 @@ from codea1.eval.inputs import SAMPLE_FORMATS
 from codea1.eval.runner import RunOptions
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def add_common_options(p: argparse.ArgumentParser) -> None:
+    """The options every evaluating verb shares (data, results, sandbox, budgets, sampling, model)."""
     p.add_argument("--data", default="evalplus", help="humanevalplus | mbppplus | evalplus | PATH")
     p.add_argument("--limit", type=int, default=0, help="evaluate only the first N problems (0 = all)")
     p.add_argument("--output", type=Path, help="write the metrics JSON here")
@@ -57,13 +58,13 @@ def add_parsers(subparsers: Any) -> dict[str, argparse.ArgumentParser]:
     sub = ev.add_subparsers(dest="eval_command", metavar="WHAT", required=True)
 
     code = sub.add_parser("code", help="avg@k and pass@k of a Code LLM on HumanEval+/MBPP+")
-    _common(code)
+    add_common_options(code)
     code.add_argument("--model", help="model spec (hub id, directory, .gguf, smollm2-135m)")
     code.add_argument("--samples", type=Path, help="samples file instead of a model (see --samples-format)")
     code.add_argument("--n", type=int, default=32, help="samples per problem")
 
     tests = sub.add_parser("tests", help="validity, pass@k, mut@k, coverage, Mul of a Test LLM")
-    _common(tests)
+    add_common_options(tests)
     tests.add_argument("--model", help="Test LLM spec")
     tests.add_argument("--tests", type=Path, help="JSONL of {id, completion} or {id, tests: [...]}")
     tests.add_argument("--k", type=int, default=5, help="tests considered per problem")
@@ -74,7 +75,7 @@ def add_parsers(subparsers: Any) -> dict[str, argparse.ArgumentParser]:
     tests.add_argument("--n", type=int, default=8, help="coder samples per problem (with --coder)")
 
     bon = sub.add_parser("bon", help="best-of-N: rank code samples by generated black-box tests")
-    _common(bon)
+    add_common_options(bon)
     bon.add_argument("--coder", help="Code LLM spec")
     bon.add_argument("--tester", help="Test LLM spec")
     bon.add_argument("--samples", type=Path, help="JSONL of code samples instead of --coder")
