@@ -11,7 +11,7 @@ from typing import Any
 
 from codea1.cli import CliError
 from codea1.cli.options import check_at_least, check_seconds, check_workers
-from codea1.cli.outputs import check_input, check_output
+from codea1.cli.outputs import check_distinct, check_input, check_output
 from codea1.config import EngineConfig
 from codea1.engine.base import Policy, SamplingParams
 from codea1.eval.inputs import SAMPLE_FORMATS
@@ -149,6 +149,12 @@ def check_options(args: argparse.Namespace, files: Sequence[str] = ()) -> None:
             check_input(str(path), option)
     if args.output is not None:
         check_output(str(args.output), "--output", parent_must_exist=False)
+        given = {option: getattr(args, option.lstrip("-").replace("-", "_")) for option in files}
+        check_distinct(
+            args.output,
+            "--output",
+            {**given, "--data": Path(args.data) if Path(args.data).exists() else None},
+        )
     _check_dir_option(args.results_dir, "--results-dir")
     _check_dir_option(args.cache_dir, "--cache-dir")
 

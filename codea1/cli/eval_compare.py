@@ -14,7 +14,7 @@ from typing import Any
 
 from codea1.cli import CliError
 from codea1.cli.options import check_at_least
-from codea1.cli.outputs import check_input, check_output
+from codea1.cli.outputs import check_distinct, check_input, check_output
 from codea1.eval.tables import format_table
 from codea1.results_file import read_json, read_records, write_json_atomic
 
@@ -28,6 +28,7 @@ def run_compare(args: argparse.Namespace) -> int:
         raise CliError(f"--confidence must be in (0, 1), got {args.confidence:g}")
     if args.output is not None:
         check_output(str(args.output), "--output", parent_must_exist=False)
+        check_distinct(args.output, "--output", {"before": args.before, "after": args.after})
     before, after = _code_records(args.before), _code_records(args.after)
     for path, records in ((args.before, before), (args.after, after)):
         if not records:

@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 from types import TracebackType
-from typing import TextIO
+from typing import Any, TextIO
 
 from codea1.cli import CliError
 
@@ -56,6 +56,33 @@ def check_output(path: str, option: str = "--output", *, parent_must_exist: bool
         raise CliError(f"{option} {path}: directory {parent} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise CliError(f"{option} {path}: directory {parent} is not writable")
+
+
+def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Whether two paths name one file: the same resolved path, or (both existing) the same device
+    and inode, so a symlink or a hard link to an input is caught too. ``-`` is never a file."""
+    if str(a) == "-" or str(b) == "-":
+        return False
+    pa, pb = Path(a), Path(b)
+    if pa.resolve() == pb.resolve():
+        return True
+    try:
+        sa, sb = pa.stat(), pb.stat()
+    except OSError:
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+def check_distinct(output: str | os.PathLike[str] | None, option: str, inputs: dict[str, Any]) -> None:
+    """Raise :class:`CliError` when ``output`` is the same file as one of ``inputs`` (option name →
+    path, None for an option not given): writing it would destroy that input. Call it before anything
+    is opened for writing."""
+    if output is None:
+        return
+    for name, path in inputs.items():
+        if path is not None and same_file(output, path):
+            raise CliError(f"{option} {output} is the same file as {name} {path}; writing it would destroy "
+                           "the input: give another output path")  # fmt: skip
 
 
 def _pid_alive(pid: int) -> bool:

@@ -19,7 +19,7 @@ from typing import Any
 
 from codea1.cli import CliError
 from codea1.cli.options import check_at_least, check_seconds, check_workers
-from codea1.cli.outputs import OutputFile, check_input, check_output
+from codea1.cli.outputs import OutputFile, check_distinct, check_input, check_output
 from codea1.config import SandboxConfig
 from codea1.sandbox.attacks import run_suite
 from codea1.sandbox.channels import channel_status
@@ -135,6 +135,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_at_least(args.abs_tol, "--abs-tol", 0)
     check_input(args.input)
     check_output(args.output)
+    check_distinct(args.output, "--output", {"--input": args.input})
     with contextlib.ExitStack() as stack:
         if args.input == "-":
             src: Iterable[bytes | str] = getattr(sys.stdin, "buffer", sys.stdin)

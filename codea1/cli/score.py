@@ -19,7 +19,7 @@ from typing import Any
 
 from codea1.cli import CliError
 from codea1.cli.options import check_workers
-from codea1.cli.outputs import OutputFile, check_input, check_output
+from codea1.cli.outputs import OutputFile, check_distinct, check_input, check_output
 from codea1.config import RewardConfig, SandboxConfig
 from codea1.replay.mistake_book import BookFileError, MistakeBook
 from codea1.scoring import ScoringItem, score_batch
@@ -191,6 +191,8 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("--no-update needs --mistake-book")
     check_input(args.input)
     check_output(args.output)
+    check_distinct(args.output, "--output", {"--input": args.input, "--mistake-book": args.mistake_book})
+    check_distinct(args.mistake_book, "--mistake-book", {"--input": args.input})
     if args.mistake_book is not None and args.mistake_book.is_dir():
         raise CliError(f"--mistake-book {args.mistake_book}: is a directory, not a database file")
     reward = RewardConfig(alpha=args.alpha, normalize_by_suite=args.normalize_by_suite)

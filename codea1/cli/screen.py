@@ -13,11 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from codea1.cli import CliError
 from codea1.cli.eval_args import add_common_options, check_options, load_model, run_options, sampling
-from codea1.cli.outputs import OutputFile, check_output
+from codea1.cli.outputs import OutputFile, check_distinct, check_output
 from codea1.data.screen import in_band, parse_band, pass_rates
 from codea1.eval import runner
 
@@ -48,6 +49,7 @@ def run_screen(args: argparse.Namespace) -> int:
     if not 1 <= args.n <= 1024:
         raise CliError(f"--n must be in [1, 1024], got {args.n}")
     check_output(str(args.output))
+    check_distinct(args.output, "--output", {"--data": args.data if Path(args.data).exists() else None})
     try:
         problems = runner.load_benchmark(args.data, args.limit, _say)
         runner.require_harness(problems, "screening scores every sample with it")
