@@ -239,6 +239,11 @@ def role_metrics(role: str, batch: ro.RoleBatch, stats: AdvantageStats) -> dict[
     }
 
 
+def _abort(signum: int, frame: Any) -> None:
+    """A second SIGTERM while the checkpoint is pending: stop now (as a second Ctrl-C does)."""
+    raise KeyboardInterrupt
+
+
 def _to_stderr(text: str) -> None:
     print(f"codea1: {text}", file=sys.stderr, flush=True)
 
@@ -443,12 +448,15 @@ class Trainer:
     # ---- interrupt -------------------------------------------------------------------------------------
 
     def _on_sigint(self, signum: int, frame: Any) -> None:
+        """Ctrl-C or SIGTERM: stop after this phase with a checkpoint; a second one aborts."""
         self.stop_requested = True
+        what = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
         if self.tracker is not None:
             self.tracker.message(
-                "Ctrl-C: saving a checkpoint at the end of this phase (Ctrl-C again to abort)"
+                f"{what}: saving a checkpoint at the end of this phase ({what} again to abort)"
             )
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, _abort)
 
     def _checkpoint_interrupt(self) -> None:
         """Before the step commits anything (book, weights), Ctrl-C drops the step."""
@@ -520,6 +528,7 @@ class Trainer:
         summary = RunSummary(self.run_dir, first_step=done + 1, last_step=done)
         in_main = threading.current_thread() is threading.main_thread()
         previous = signal.signal(signal.SIGINT, self._on_sigint) if in_main else None
+        previous_term = signal.signal(signal.SIGTERM, self._on_sigint) if in_main else None
         last_saved = done
         try:
             self._evaluate_if_due(done)
@@ -552,6 +561,7 @@ class Trainer:
         finally:
             if in_main:
                 signal.signal(signal.SIGINT, previous)
+                signal.signal(signal.SIGTERM, previous_term)
             self.tracker.close()
             self.book.close()
         return summary

@@ -8,9 +8,13 @@ and data warnings into one ``codea1: warning:`` line each.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import signal
 import sys
+import threading
 import warnings
+from collections.abc import Iterator
 from typing import Any, TextIO
 
 from codea1 import __version__
@@ -61,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _sigterm_as_interrupt():
         warnings.simplefilter("always", DataWarning)
         warnings.showwarning = _show_warning(warnings.showwarning)
         try:
@@ -75,6 +79,25 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             print("codea1: interrupted", file=sys.stderr)
             return 130
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (what ``timeout``, Slurm and Kubernetes send) is handled like Ctrl-C: every verb's
+    interrupt path runs (outputs left finished or absent, sandbox scratch and cgroups removed; a
+    training run checkpoints, see ``Trainer``) and the command ends in one line."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _show_warning(fallback: Any) -> Any:

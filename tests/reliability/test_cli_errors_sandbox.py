@@ -153,16 +153,21 @@ def _wait_for_sandbox(place: Place, proc: subprocess.Popen[bytes], timeout_s: fl
 
 
 @pytest.mark.parametrize(
-    ("delay_s", "workers"), [(0.0, 2), (1.5, 2), pytest.param(1.5, 1, marks=pytest.mark.slow)]
-)
-def test_ctrl_c_leaves_no_output_no_traceback_no_scratch(place: Place, delay_s: float, workers: int) -> None:
+    ("delay_s", "workers", "sig"),
+    [(0.0, 2, signal.SIGINT), (1.5, 2, signal.SIGINT), (1.5, 2, signal.SIGTERM),
+     pytest.param(1.5, 1, signal.SIGINT, marks=pytest.mark.slow)],
+)  # fmt: skip
+def test_ctrl_c_leaves_no_output_no_traceback_no_scratch(
+    place: Place, delay_s: float, workers: int, sig: signal.Signals
+) -> None:
+    """Ctrl-C, or SIGTERM (handled the same way): one line, no output, no scratch, no cgroups."""
     src = _slow_jobs(place)
     before = tree(place.data)
     out = place.out / "r.jsonl"
     proc = _start_run(place, src, out, workers)
     _wait_for_sandbox(place, proc)
     time.sleep(delay_s)  # 0: while the workers start; 1.5 s: while tasks run (in dispatcher threads)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
     text = err.decode(errors="replace")
     assert proc.returncode == 130, text[-3000:]

@@ -66,11 +66,13 @@ def test_sigkill_mid_step_then_resume(tmp_path: Path) -> None:
     assert book_step(run_dir) == 3
 
 
-def test_sigint_saves_checkpoint_and_exits_130(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_sigint_saves_checkpoint_and_exits_130(tmp_path: Path, sig: signal.Signals) -> None:
+    """Ctrl-C, and SIGTERM (what timeout, Slurm and Kubernetes send), stop with a checkpoint."""
     run_dir = tmp_path / "run"
     proc = start(run_dir, 5, "--delay", "1.0")
     wait_for(proc, "tester rollout 2")
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, out
     assert "done step 1" in out
