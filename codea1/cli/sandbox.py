@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import os
 import sys
@@ -109,9 +110,33 @@ def parse_job(line: str, lineno: int) -> GridJob:
     return GridJob(str(job_id), obj["reference"], obj["entry_point"], tuple(obj["codes"]), tuple(tests))
 
 
+MAX_LINE_BYTES = 64 << 20
+"""Longest input line read (a job holds its codes and tests; the 10 MB source attack fits)."""
+
+
+def bounded(stream: Iterable[bytes | str], limit: int = MAX_LINE_BYTES) -> Iterator[bytes | str]:
+    """The lines of ``stream``, each read with at most ``limit`` + 1 bytes in memory; a longer line
+    (``--input /dev/zero``, a binary file) is a :class:`CliError` instead of an endless read."""
+    readline = getattr(stream, "readline", None)
+    if readline is None or isinstance(stream, io.TextIOBase):
+        yield from stream
+        return
+    lineno = 0
+    while True:
+        raw = readline(limit + 1)
+        if not raw:
+            return
+        lineno += 1
+        if len(raw) > limit and not raw.endswith(b"\n"):
+            raise CliError(
+                f"--input line {lineno} is longer than {limit >> 20} MiB: not a JSONL file of jobs?"
+            )
+        yield raw
+
+
 def read_lines(stream: Iterable[bytes | str]) -> Iterator[tuple[int, str | None, str]]:
     """``(line number, text, "")`` per non-blank line, or ``(n, None, reason)`` when it is not UTF-8."""
-    for lineno, raw in enumerate(stream, 1):
+    for lineno, raw in enumerate(bounded(stream), 1):
         if not raw.strip():
             continue
         if isinstance(raw, str):  # a text stream (stdin replaced in-process)

@@ -229,3 +229,25 @@ def test_a_subprocess_run_of_bad_options_is_one_line(place: Place) -> None:
     outcome = run_process(argv, place.cwd, tmpdir=place.tmp)
     assert_one_line_error(outcome, "--workers")
     assert_untouched(place, before)
+
+
+def test_an_endless_input_line_is_one_line_not_an_endless_read(place: Place) -> None:
+    """``--input /dev/zero`` has no newline: refused after 64 MiB, no output, no scratch."""
+    before = tree(place.data)
+    argv = ["sandbox", "run", "--input", "/dev/zero", "--output", place.out / "r.jsonl"]
+    outcome = run_process(argv, place.cwd, tmpdir=place.tmp)
+    assert outcome.code == 2 and outcome.err.strip() == (
+        "codea1: error: --input line 1 is longer than 64 MiB: not a JSONL file of jobs?"
+    )
+    assert_untouched(place, before)
+
+
+def test_bounded_reads_each_line_within_its_limit() -> None:
+    import io
+
+    from codea1.cli import CliError
+    from codea1.cli.sandbox import bounded
+
+    assert list(bounded(io.BytesIO(b"ab\ncd\n"), limit=3)) == [b"ab\n", b"cd\n"]
+    with pytest.raises(CliError, match="line 2 is longer than"):
+        list(bounded(io.BytesIO(b"ab\n" + b"x" * 10), limit=4))
