@@ -81,3 +81,43 @@ def test_bad_eval_data_is_one_line_before_the_run_directory_exists(tmp_path: Pat
     err = capsys.readouterr().err
     assert "eval.data='no-such.jsonl'" in err and "Traceback" not in err
     assert not run.exists()
+
+
+@pytest.mark.slow
+def test_step_zero_equals_eval_code_sample_for_sample(tmp_path: Path) -> None:
+    """The same engine (transformers) and settings: the run's step-0 point and ``codea1 eval code``
+    on the base model draw the same completions and give the same verdicts."""
+    from tests.tiny_model import make_tiny_model
+
+    model = make_tiny_model(tmp_path / "model")
+    sampling = [
+        "--n",
+        "2",
+        "--max-new-tokens",
+        "24",
+        "--temperature",
+        "0.7",
+        "--top-p",
+        "0.95",
+        "--seed",
+        "3",
+    ]
+    run = tmp_path / "run"
+    args = [
+        "train", *FAST[2:], "--run-dir", str(run), "--steps", "1", "--set", "engine.kind=transformers",
+        "--set", f"engine.coder_model={model}", "--set", "engine.rollout=transformers",
+        "--set", "train.method=golden", "--set", "eval.data=demo:heldout", "--set", "eval.limit=3",
+        "--set", "eval.n=2", "--set", "eval.max_new_tokens=24", "--set", "eval.seed=3",
+        "--set", "coder.sampling.max_new_tokens=8", "--set", "data.problems_per_step=1",
+    ]  # fmt: skip
+    assert main(args) == 0
+    assert main(["eval", "code", "--data", "demo:heldout", "--limit", "3", "--model", str(model), *sampling,
+                 "--results-dir", str(tmp_path / "eval")]) == 0  # fmt: skip
+
+    def records(directory: Path) -> list[dict]:
+        (path,) = directory.glob("code-*.jsonl")
+        return [json.loads(line) for line in path.read_text().splitlines()[1:]]
+
+    in_run, alone = records(run / EVAL_DIR / "step_000000"), records(tmp_path / "eval")
+    assert [r["completions"] for r in in_run] == [r["completions"] for r in alone]
+    assert [r["status"] for r in in_run] == [r["status"] for r in alone]
