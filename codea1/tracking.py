@@ -280,6 +280,12 @@ class Tracker:
         self._metrics_file.write(json.dumps(row, sort_keys=True) + "\n")
         self._metrics_file.flush()
         os.fsync(self._metrics_file.fileno())
+        self._to_sinks(step, row)
+        self.display.step_done(step, row)
+        return row
+
+    def _to_sinks(self, step: int, row: Mapping[str, Any]) -> dict[str, Any]:
+        """A row's scalars to TensorBoard and W&B at ``step``; returns the scalars."""
         scalars = {k: v for k, v in row.items() if k != "step" and v is not None}
         if self._tb is not None:
             for key, value in scalars.items():
@@ -287,8 +293,7 @@ class Tracker:
             self._tb.flush()
         if self._wandb is not None:
             self._wandb.log(scalars, step=step)
-        self.display.step_done(step, row)
-        return row
+        return scalars
 
     def log_eval(self, step: int, metrics: Mapping[str, float]) -> dict[str, Any]:
         """Write one evaluation point (``eval/...`` metrics of ``step``; 0 = before training) to
@@ -300,13 +305,7 @@ class Tracker:
             f.write(("\n" if torn else "") + json.dumps(row, sort_keys=True) + "\n")
             f.flush()
             os.fsync(f.fileno())
-        scalars = {k: v for k, v in row.items() if k != "step" and v is not None}
-        if self._tb is not None:
-            for key, value in scalars.items():
-                self._tb.add_scalar(key, value, step)
-            self._tb.flush()
-        if self._wandb is not None:
-            self._wandb.log(scalars, step=step)
+        scalars = self._to_sinks(step, row)
         shown = ", ".join(
             f"{k.removeprefix('eval/')} {v:.1f}" for k, v in scalars.items() if k != "eval/time_s"
         )
