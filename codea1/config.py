@@ -240,6 +240,10 @@ class EngineConfig:
     cache_dir: str = ""
     """Where dequantised GGUF models are cached (empty = the user cache directory)."""
 
+    def role_model(self, role: str) -> str:
+        """The model spec a role starts from: the tester's defaults to the coder's."""
+        return (self.tester_model or self.coder_model) if role == "tester" else self.coder_model
+
 
 @dataclass
 class ClusterConfig:

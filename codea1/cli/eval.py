@@ -60,7 +60,7 @@ def _finish(metrics: dict, title: str, output: Path | None, extra: dict[str, Any
 @_user_errors
 def run_code(args: argparse.Namespace) -> int:
     """``codea1 eval code``."""
-    from codea1.eval.code_eval import code_checker, sample_completions, summarize_code
+    from codea1.eval.code_eval import code_checker, sample_completions, sampling_settings, summarize_code
     from codea1.eval.inputs import no_code_warning
 
     if bool(args.model) == bool(args.samples):
@@ -76,8 +76,7 @@ def run_code(args: argparse.Namespace) -> int:
         model_id = f"{runner.file_id(args.samples)}:{given.samples_format}"
     else:
         n, model_id = args.n, args.model
-        settings = {"n": n, "temperature": args.temperature, "top_p": args.top_p, "seed": args.seed}
-        settings["max_new_tokens"] = args.max_new_tokens
+        settings = sampling_settings(sampling(args, n))
     if n < 1:
         raise CliError("need at least one sample per problem")
     runner.require_harness(problems, "eval code checks every sample with it")

@@ -13,14 +13,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from codea1.cli import CliError
-from codea1.cli.eval_args import add_common_options, check_options, load_model, run_options, sampling
-from codea1.cli.outputs import OutputFile, check_distinct, check_output
+from codea1.cli.eval_args import add_common_options, check_options, per_chunk, run_options, sampling
+from codea1.cli.outputs import OutputFile, check_output
 from codea1.data.screen import in_band, parse_band, pass_rates
 from codea1.eval import runner
+from codea1.eval.code_eval import code_checker, sample_completions, sampling_settings
 
 
 def add_parser(verbs: Any) -> None:
@@ -48,23 +48,17 @@ def run_screen(args: argparse.Namespace) -> int:
     check_options(args)
     if not 1 <= args.n <= 1024:
         raise CliError(f"--n must be in [1, 1024], got {args.n}")
-    check_output(str(args.output))
-    check_distinct(args.output, "--output", {"--data": args.data if Path(args.data).exists() else None})
+    check_output(str(args.output))  # OutputFile needs the directory (check_options creates none)
     try:
         problems = runner.load_benchmark(args.data, args.limit, _say)
         runner.require_harness(problems, "screening scores every sample with it")
-        settings = {"n": args.n, "temperature": args.temperature, "top_p": args.top_p, "seed": args.seed,
-                    "max_new_tokens": args.max_new_tokens}  # fmt: skip
+        params = sampling(args, args.n)
 
         def prepare() -> runner.CheckChunk:
-            from codea1.eval.code_eval import code_checker, sample_completions
-
-            policy = load_model(args.model, args)
-            params = sampling(args, args.n)
-            return code_checker(lambda chunk: sample_completions(policy, chunk, params))
+            return code_checker(per_chunk(args.model, args, {}, sample_completions, params))
 
         records, path = runner.run_resumable(
-            problems, "code", args.model, settings, run_options(args), prepare, _say
+            problems, "code", args.model, sampling_settings(params), run_options(args), prepare, _say
         )
     except runner.ResultsFileError as e:
         raise CliError(f"{e} (use another --results-dir)") from None

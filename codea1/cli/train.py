@@ -163,7 +163,7 @@ def in_run_evaluator(cfg: RunConfig, run_dir: Path, train_problems: list[Any]) -
             print(f"codea1 train: eval: {msg}", file=sys.stderr, flush=True)
 
     try:
-        evaluator = InRunEvaluator(cfg.eval, run_dir, cfg.engine.coder_model, cfg.engine.tester_model or cfg.engine.coder_model,
+        evaluator = InRunEvaluator(cfg.eval, run_dir, cfg.engine.role_model("coder"), cfg.engine.role_model("tester"),
                                    cfg.sandbox.workers, say)  # fmt: skip
     except EvalInputError as e:
         raise CliError(f"eval.data={cfg.eval.data!r}: {e}") from None

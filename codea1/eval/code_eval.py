@@ -181,6 +181,13 @@ def sample_completions(
     return out
 
 
+def sampling_settings(params: SamplingParams) -> dict[str, Any]:
+    """What a code evaluation's run key records of how it sampled (its results file is resumed only
+    with the same values)."""
+    return {"n": params.n, "temperature": params.temperature, "top_p": params.top_p, "seed": params.seed,
+            "max_new_tokens": params.max_new_tokens}  # fmt: skip
+
+
 def code_checker(
     inputs_for: Callable[[list[Problem]], Mapping[str, Sequence[CodeInput]]],
 ) -> Callable[[list[Problem], Checker, Mapping[str, float]], list[dict[str, Any]]]:

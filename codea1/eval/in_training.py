@@ -22,7 +22,7 @@ from codea1.config import EvalConfig
 from codea1.core.estimators import ks_for
 from codea1.engine.base import Policy, SamplingParams
 from codea1.eval import runner
-from codea1.eval.code_eval import code_checker, sample_completions, summarize_code
+from codea1.eval.code_eval import code_checker, sample_completions, sampling_settings, summarize_code
 from codea1.eval.suite_eval import sample_suites, suites_checker, summarize_tests
 from codea1.tracking import step_file_name
 from codea1.types import Problem
@@ -70,15 +70,19 @@ class InRunEvaluator:
     def coder(self, step: int, policy: Policy) -> dict[str, float]:
         """``eval/coder/pass@k`` and ``avg@k`` (percent) of ``policy`` at ``step``."""
         c = self.cfg
-        settings = {"n": c.n, "temperature": c.temperature, "top_p": c.top_p, "seed": c.seed,
-                    "max_new_tokens": c.max_new_tokens}  # fmt: skip
         params = self.sampling(c.n)
 
         def prepare() -> runner.CheckChunk:
             return code_checker(lambda chunk: sample_completions(policy, chunk, params))
 
         records, _ = runner.run_resumable(
-            self.problems, "code", self.model_id, settings, self.options(step), prepare, self.say
+            self.problems,
+            "code",
+            self.model_id,
+            sampling_settings(params),
+            self.options(step),
+            prepare,
+            self.say,
         )
         return _flatten("eval/coder", _overall(summarize_code(records, ks_for(c.n))))
 

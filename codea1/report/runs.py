@@ -22,7 +22,7 @@ import yaml
 from codea1.core.bootstrap import PairedDelta, ratio_interval
 from codea1.core.comparison import compare_records
 from codea1.results_file import read_records
-from codea1.tracking import METRICS_FILE, read_eval_points
+from codea1.tracking import METRICS_FILE, read_eval_points, step_file_name
 
 CONFIG_FILE = "config.yaml"
 EVAL_DIR = "eval"
@@ -362,7 +362,8 @@ def _read_in_run_evals(run: RunData) -> None:
     keys = sorted({k for row in points.values() for k in row if k.startswith("eval/") and k != "eval/time_s"})
     records = {step: _point_records(run, step) for step in steps}
     for key in keys:
-        values = np.array([_as_float(points[s].get(key)) or math.nan for s in steps])
+        found = [_as_float(points[s].get(key)) for s in steps]
+        values = np.array([math.nan if v is None else v for v in found])
         low = high = None
         if key in _BANDED:
             task, fraction = _BANDED[key]
@@ -392,7 +393,7 @@ def _read_in_run_evals(run: RunData) -> None:
 
 def _point_records(run: RunData, step: int) -> dict[str, list[dict[str, Any]]]:
     """The per-problem records of one evaluation point by task (``code``, ``tests``)."""
-    directory = run.path / EVAL_DIR / f"step_{step:06d}"
+    directory = run.path / EVAL_DIR / step_file_name(step)
     out: dict[str, list[dict[str, Any]]] = {}
     for task in ("code", "tests"):
         files = sorted(directory.glob(f"{task}-*.jsonl")) if directory.is_dir() else []

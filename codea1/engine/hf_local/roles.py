@@ -70,7 +70,7 @@ def build_roles(
     """
     if shared and temperature_coder != temperature_tester:
         raise ValueError("shared=True needs one sampling temperature for both roles (the learner is shared)")
-    tester_spec = engine_cfg.tester_model or engine_cfg.coder_model
+    tester_spec = engine_cfg.role_model("tester")
     common = {
         "logprob_chunk": engine_cfg.logprob_chunk, "share_prompts": engine_cfg.share_prompts,
         "aggregation": aggregation, "entropy": entropy,

@@ -32,8 +32,7 @@ from codea1.engine.loading import pick_device, pick_dtype
 
 def role_model_spec(cfg: RunConfig, role: str) -> str:
     """The model a role trains (the tester's defaults to the coder's)."""
-    engine = cfg.engine
-    return (engine.tester_model or engine.coder_model) if role == "tester" else engine.coder_model
+    return cfg.engine.role_model(role)
 
 
 class LearnerWorker:

@@ -131,7 +131,7 @@ def attach_vllm(roles: Any, cfg: RunConfig, *, shared: bool) -> Any:
         if shared:
             tester = coder
         else:
-            tester_location = model_location(engine.tester_model or engine.coder_model, engine.cache_dir)
+            tester_location = model_location(engine.role_model("tester"), engine.cache_dir)
             tester_engine = start_engine(cfg, tester_location, dtype, in_process)
             tester = policy(VLLMRollout(tester_engine, in_process=in_process), roles.tester_policy, "tester")
     return dataclasses.replace(roles, coder_policy=coder, tester_policy=tester)
