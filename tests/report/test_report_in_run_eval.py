@@ -40,3 +40,12 @@ def test_eval_points_become_banded_series_and_the_latest_table(tmp_path: Path) -
     assert table.baseline_step == 0 and table.deltas["coder"].problems == 6
     assert main(["report", str(run), "--output", str(tmp_path / "report")]) == 0
     assert (tmp_path / "report" / "evaluation.png").stat().st_size > 0
+
+
+def test_a_zero_score_is_a_value_not_a_gap(tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text("preset: x\n")
+    (tmp_path / "eval.jsonl").write_text(
+        '{"step": 0, "eval/coder/pass@1": 0.0}\n{"step": 4, "eval/coder/pass@1": 12.5}\n'
+    )
+    series = load_run(tmp_path).series["eval/coder/pass@1"]
+    assert list(series.values) == [0.0, 12.5]
