@@ -42,10 +42,19 @@ from codea1.data.loaders.reference import convert_evalplus_parquet, convert_refe
 from codea1.data.rows import DataError, DataWarning, Issues, LoadedRow, repo_root
 from codea1.types import Problem
 
+DEMO_SPECS: dict[str, tuple[str, ...]] = {
+    "demo:train": ("train",),
+    "demo:heldout": ("heldout",),
+    "demo": ("train", "heldout"),
+    "demo:easy-train": ("easy-train",),
+    "demo:easy-heldout": ("easy-heldout",),
+    "demo:easy": ("easy-train", "easy-heldout"),
+}
+"""The demo specs and the shipped splits (``codea1/data/demo/<split>.jsonl``) each one reads. The
+``easy`` problems are one-line functions the 135M demo model solves sometimes (screened, docs/LOG.md
+2026-12-02); the others are harder everyday functions."""
 BUILTIN_SPECS = (
-    "demo:train",
-    "demo:heldout",
-    "demo",
+    *DEMO_SPECS,
     "humanevalplus",
     "mbppplus",
     "evalplus",
@@ -77,9 +86,8 @@ CONVERTERS: dict[str, Converter] = {
 def read_spec(spec: str, *, limit: int = 0) -> list[LoadedRow]:
     """Read the rows a spec names, without checking them (see ``problems.load_problems`` for the specs)."""
     name = spec.strip()
-    if name in ("demo", "demo:train", "demo:heldout"):
-        splits = ("train", "heldout") if name == "demo" else (name.split(":")[1],)
-        return [row for s in splits for row in read_demo(s)]
+    if name in DEMO_SPECS:
+        return [row for split in DEMO_SPECS[name] for row in read_demo(split)]
     if name in ("humanevalplus", "mbppplus", "evalplus"):
         return read_builtin(name)
     if name == "humaneval":
@@ -193,7 +201,7 @@ def _converted(path: Path, raw: list[RawRow], convert: Converter, source: str) -
 
 
 def read_demo(split: str) -> list[LoadedRow]:
-    """The demo problems shipped in the package (``train`` or ``heldout``)."""
+    """The demo problems shipped in the package, one split of :data:`DEMO_SPECS`."""
     ref = resources.files("codea1.data").joinpath("demo", f"{split}.jsonl")
     with resources.as_file(ref) as path:
         if not path.is_file():

@@ -162,3 +162,18 @@ def greedy_equal(roles, prompts) -> bool:
     """Greedy vLLM output of the coder equals greedy transformers output of its learner's weights."""
     greedy = roles.coder_policy.generate(prompts, SamplingParams(n=1, temperature=0.0, max_new_tokens=16))
     return [c.completion_ids for c in greedy] == _greedy_hf(roles.coder_learner, roles.coder_policy, prompts)
+
+
+def test_seeded_prompts_beyond_one_scheduling_step_do_not_kill_the_cpu_engine():
+    """16 seeded prompts of ~400 tokens exceed vLLM's 4096-token step: with chunked prefill the
+    split prompt's generator was rewound with ``set_offset`` and the CPU engine died ("CPU
+    Generator does not use offset"); the CPU engine now never splits a prompt."""
+    roles = _build("engine.mode=separate", "coder.sampling.max_prompt_tokens=1024")
+    policy = roles.coder_policy
+    words = " ".join(f"w{i}" for i in range(160))
+    prompts = [policy.render([{"role": "user", "content": f"{k}: {words}"}]) for k in range(16)]
+    params = SamplingParams(n=1, temperature=0.7, max_new_tokens=4, seed=3)
+    comps = policy.generate(prompts, params)
+    assert sum(len(c.prompt_ids) for c in comps) > 4096
+    assert len(comps) == 16 and all(c.completion_ids for c in comps)
+    assert [c.completion_ids for c in policy.generate(prompts[:1], params)] == [comps[0].completion_ids]

@@ -34,6 +34,8 @@ CPU_ENVIRONMENT = {
 }
 """Set (unless already set) before a CPU engine starts: in-process engine, no core held back."""
 MIN_KV_BYTES = 64 << 20
+CPU_MIN_BATCHED_TOKENS = 4096
+"""vLLM's own default token budget of one CPU scheduling step."""
 
 
 class VLLMStartError(RuntimeError):
@@ -61,6 +63,20 @@ def max_model_len(cfg: RunConfig) -> int:
 def max_sequences(cfg: RunConfig) -> int:
     """Sequences the engine runs at once: the larger ``sampling.batch_size`` of the two roles."""
     return max(cfg.coder.sampling.batch_size, cfg.tester.sampling.batch_size)
+
+
+def cpu_scheduler_args(cfg: RunConfig) -> dict[str, Any]:
+    """Scheduler settings of an in-process CPU engine: no chunked prefill.
+
+    codea1 seeds every request. When a step's token budget cuts a prompt's prefill in two, vLLM
+    rewinds that request's generator with ``set_offset``, which a CPU ``torch.Generator`` does not
+    support: the engine dies with "CPU Generator does not use offset" as soon as a batch of prompts
+    exceeds the budget (an evaluation point of 16 problems x 8 samples does). Without chunked
+    prefill the scheduler never splits a prompt; the budget must then hold the longest sequence."""
+    return {
+        "enable_chunked_prefill": False,
+        "max_num_batched_tokens": max(max_model_len(cfg), CPU_MIN_BATCHED_TOKENS),
+    }
 
 
 def start_engine(
@@ -95,6 +111,7 @@ def start_engine(
                 logprobs_mode="processed_logprobs",
                 enforce_eager=in_process,
                 use_tqdm_on_load=not quiet,
+                **(cpu_scheduler_args(cfg) if in_process else {}),
                 **({"enable_sleep_mode": True} if sleep_mode else {}),
             )
     except Exception as e:  # vLLM raises many types while starting (ValueError, RuntimeError, OSError)
