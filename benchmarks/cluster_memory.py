@@ -57,7 +57,8 @@ from codea1.config import RunConfig, load_config
 GIB = float(1 << 30)
 PRESETS = ("paper-1.5b-ray", "paper-3b-ray", "paper-7b-ray")
 PAPER_TOKENS_PER_GPU = 32768
-"""verl's ``ppo_max_token_len_per_gpu`` in the reference configs (method.md §8)."""
+"""verl's ``ppo_max_token_len_per_gpu`` in the reference configs (docs/algorithm.md, "The paper's
+configuration")."""
 LEARNER_OVERHEAD_GIB = 1.5
 """CUDA context, NCCL buffers and cuBLAS workspace of a learner rank: an allowance, not computed."""
 REPLICA_OVERHEAD_GIB = 2.0
@@ -196,7 +197,7 @@ def learner_memory(cfg: RunConfig, role: str, model: ModelShape, micro: int = 0)
     share = sampling.max_new_tokens / row
     budget = PAPER_TOKENS_PER_GPU
     paper = activation_bytes(model, budget, int(budget * share), chunk, w)
-    reference = p * w / ranks if cfg.loss.kl_coef > 0 else 0.0
+    reference = p * w / ranks if cfg.loss.keeps_reference else 0.0
     return LearnerMemory(
         role=role,
         ranks=ranks,
@@ -245,7 +246,7 @@ def replica_memory(cfg: RunConfig, model: ModelShape) -> ReplicaMemory:
 
 def model_of(cfg: RunConfig, role: str) -> ModelShape:
     """The architecture of ``role``'s model; a clear error for a model not listed here."""
-    spec = cfg.engine.coder_model if role == "coder" else (cfg.engine.tester_model or cfg.engine.coder_model)
+    spec = cfg.engine.role_model(role)
     if spec not in MODELS:
         raise SystemExit(f"cluster_memory: no architecture numbers for {spec!r}; known: {', '.join(MODELS)}")
     return MODELS[spec]

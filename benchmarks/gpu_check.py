@@ -168,18 +168,17 @@ def rollout(model: Any, shape: ModelShape, sizes: Sizes, device: torch.device) -
 
 
 def learner_for(model: Any, keep_reference: bool) -> HFLearner:
-    """An ``HFLearner`` with the preset's optimiser (no warm-up: every step at the full lr), loss
-    aggregation and log-prob chunk."""
+    """An ``HFLearner`` as the preset builds it (loss aggregation, log-prob chunk, prompt sharing),
+    its optimiser without warm-up (every step at the full lr)."""
     cfg = load_config(PRESET)
-    return HFLearner(
+    return HFLearner.from_config(
         FullWeights(model, keep_reference=keep_reference),
         dataclasses.replace(cfg.coder.optim, warmup_steps=0),
-        total_steps=100,
+        100,
+        cfg.engine,
+        cfg.loss,
         temperature=cfg.coder.sampling.temperature,
         pad_id=0,
-        logprob_chunk=cfg.engine.logprob_chunk,
-        aggregation=cfg.loss.aggregation,
-        entropy=cfg.loss.entropy_coef > 0,
     )
 
 

@@ -8,15 +8,19 @@ are used.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import re
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+
+from codea1.limits import size_errors
 
 
 class ConfigError(ValueError):
@@ -117,7 +121,7 @@ class TesterConfig:
 
 @dataclass
 class RewardConfig:
-    """Reward formulas of method §6."""
+    """Reward formulas (docs/algorithm.md, items 4–11)."""
 
     alpha: float = 0.5
     """Weight of validity vs adversarial failure in the test reward."""
@@ -135,7 +139,7 @@ class RewardConfig:
 
 @dataclass
 class MistakeBookConfig:
-    """Experience replay of tests that once broke code (method §7)."""
+    """Experience replay of tests that once broke code (docs/algorithm.md, items 19–23)."""
 
     enabled: bool = True
     """Turn off for the "w/o Mistake Book" ablation."""
@@ -147,7 +151,7 @@ class MistakeBookConfig:
 
 @dataclass
 class LossConfig:
-    """GRPO advantages and the PPO-clip policy loss (method §8)."""
+    """GRPO advantages and the PPO-clip policy loss (docs/algorithm.md, items 17–18)."""
 
     clip_low: float = 0.20
     """Lower clip ratio ε_low."""
@@ -169,6 +173,16 @@ class LossConfig:
     """Old log-probs of the PPO ratio: the learner's own (the paper; read off the training pass when
     the update is one optimizer step, else recomputed in a pass before it) or the sampling policy's
     (equal up to numerics in fp32 at temperature 1; saves that pass for multi-step updates)."""
+
+    @property
+    def keeps_reference(self) -> bool:
+        """Whether the learners keep a frozen reference model: only the KL term reads it."""
+        return self.kl_coef > 0
+
+    @property
+    def needs_entropy(self) -> bool:
+        """Whether the learners compute per-token entropy: only the entropy bonus reads it."""
+        return self.entropy_coef > 0
 
 
 @dataclass
@@ -243,6 +257,11 @@ class EngineConfig:
     def role_model(self, role: str) -> str:
         """The model spec a role starts from: the tester's defaults to the coder's."""
         return (self.tester_model or self.coder_model) if role == "tester" else self.coder_model
+
+    @property
+    def lora_scale(self) -> float:
+        """LoRA's ``alpha / r``: the factor of ``B @ A`` in a merged weight (adapters mode)."""
+        return self.lora_alpha / self.lora_r
 
 
 @dataclass
@@ -452,6 +471,7 @@ def check_invariants(cfg: RunConfig) -> None:
         errors.append("eval: n, tests, max_new_tokens and chunk must be >= 1, every and limit >= 0")
     if e.data and (e.temperature <= 0 or not 0 < e.top_p <= 1):
         errors.append(f"eval: temperature must be > 0 and top_p in (0, 1], got {e.temperature}, {e.top_p}")
+    errors += size_errors(cfg)
     if errors:
         raise ConfigError("invalid configuration: " + "; ".join(errors))
 
@@ -490,9 +510,9 @@ def _yaml_reason(e: yaml.YAMLError) -> str:
     return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else problem
 
 
-def load_config(preset: str = "tiny-cpu", overrides: list[str] | None = None) -> RunConfig:
-    """Load a preset and apply ``section.field=value`` overrides (values parsed as YAML)."""
-    path = preset_path(preset)
+def read_mapping(path: Path) -> dict[str, Any]:
+    """The YAML mapping of a configuration file (empty when the file is); :class:`ConfigError` naming
+    the file when it is not UTF-8, not YAML or not a mapping."""
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as e:
@@ -501,47 +521,125 @@ def load_config(preset: str = "tiny-cpu", overrides: list[str] | None = None) ->
         raise ConfigError(f"{path}: not UTF-8 text") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: top level must be a mapping")
-    for item in overrides or []:
+    return raw
+
+
+def load_config(
+    preset: str = "tiny-cpu", overrides: list[str] | None = None, *, labels: Mapping[str, str] | None = None
+) -> RunConfig:
+    """Load a preset and apply ``section.field=value`` overrides (values parsed as YAML).
+
+    An error caused by an override names the override (``--set KEY=VALUE``, or its entry in
+    ``labels``: how the user gave it, e.g. ``--steps 0``), not the preset, which is not at fault.
+    """
+    path = preset_path(preset)
+    preset_raw = read_mapping(path)
+    items = [(item, (labels or {}).get(item, f"--set {item}")) for item in overrides or []]
+    raw, given = _overridden(preset_raw, items, path)
+    try:
+        return config_from_dict(raw, source=str(path), overridden=given)
+    except InvalidConfiguration as e:
+        if not given or _invalid_detail(preset_raw, [], path) is not None:
+            raise  # the preset alone is invalid: it is named
+        blamed = [label for key, label in given.items() if key in e.detail
+                  and _invalid_detail(preset_raw, [i for i in items if _key(i[0]) != key], path) != e.detail]  # fmt: skip
+        raise ConfigError(e.detail + (f" (from {', '.join(blamed)})" if blamed else "")) from None
+
+
+def _key(item: str) -> str:
+    return item.partition("=")[0].strip()
+
+
+def _overridden(
+    preset_raw: dict[str, Any], items: list[tuple[str, str]], path: Path
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """A copy of the preset's mapping with the overrides ``(item, label)`` applied, and the label of
+    each key they set."""
+    raw = copy.deepcopy(preset_raw)
+    given: dict[str, str] = {}
+    for item, label in items:
         key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"override {item!r} must look like section.field=value")
+        if not sep or not key.strip():
+            raise ConfigError(f"{label}: an override must look like section.field=value")
         node = raw
         parts = key.strip().split(".")
         for part in parts[:-1]:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise ConfigError(f"override {item!r}: {part!r} is not a section")
+                raise ConfigError(f"{label}: {part!r} is not a section")
         try:
             node[parts[-1]] = yaml.safe_load(value)
         except yaml.YAMLError as e:
-            raise ConfigError(f"override {item!r}: value is not valid YAML: {_yaml_reason(e)}") from None
+            raise ConfigError(f"{label}: the value is not valid YAML: {_yaml_reason(e)}") from None
+        given[key.strip()] = label
     raw.setdefault("preset", path.stem)
-    return config_from_dict(raw, source=str(path))
+    return raw, given
 
 
-def config_from_dict(raw: dict[str, Any], source: str = "<dict>") -> RunConfig:
-    """Build a :class:`RunConfig` from a nested dict, strictly (unknown keys and wrong types fail)."""
-    return _build(RunConfig, raw, prefix="", source=source)
+def _invalid_detail(preset_raw: dict[str, Any], items: list[tuple[str, str]], path: Path) -> str | None:
+    """Why the preset with these overrides is an invalid configuration (None when it is valid)."""
+    try:
+        raw, _ = _overridden(preset_raw, items, path)
+        config_from_dict(raw, source=str(path))
+    except InvalidConfiguration as e:
+        return e.detail
+    except ConfigError as e:
+        return str(e)
+    return None
 
 
-def _build(cls: type, raw: Any, prefix: str, source: str) -> Any:
+class InvalidConfiguration(ConfigError):
+    """The fields have the right types, but together they cannot work (:func:`check_invariants`)."""
+
+    def __init__(self, source: str, detail: str) -> None:
+        super().__init__(f"{source}: {detail}")
+        self.detail = detail
+        """The reason without the file name."""
+
+
+def config_from_dict(
+    raw: dict[str, Any], source: str = "<dict>", overridden: Mapping[str, str] | None = None
+) -> RunConfig:
+    """Build a :class:`RunConfig` from a nested dict, strictly (unknown keys and wrong types fail).
+
+    ``overridden`` maps the keys an override set to its label: an error in such a key names the
+    label instead of ``source``.
+    """
+    return _build(RunConfig, raw, prefix="", source=source, overridden=overridden or {})
+
+
+def _label(key: str, overridden: Mapping[str, str]) -> str | None:
+    """The label of the override that set ``key`` (or a section above it), if any."""
+    for okey, label in overridden.items():
+        if key == okey or key.startswith(okey + "."):
+            return label
+    return None
+
+
+def _build(cls: type, raw: Any, prefix: str, source: str, overridden: Mapping[str, str]) -> Any:
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: {prefix.rstrip('.') or 'top level'} must be a mapping, got {raw!r}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(raw) - set(fields))
     if unknown:
+        key = f"{prefix}{unknown[0]}"
         raise ConfigError(
-            f"{source}: unknown key '{prefix}{unknown[0]}'; valid keys in "
+            f"{_label(key, overridden) or source}: unknown key '{key}'; valid keys in "
             f"{prefix.rstrip('.') or 'the top level'}: {', '.join(sorted(fields))}"
         )
     kwargs: dict[str, Any] = {}
     for name, value in raw.items():
-        kwargs[name] = _coerce(hints[name], value, f"{prefix}{name}", source)
+        key = f"{prefix}{name}"
+        src = _label(key, overridden) or source
+        if dataclasses.is_dataclass(hints[name]):
+            kwargs[name] = _build(hints[name], value, key + ".", src, overridden)
+        else:
+            kwargs[name] = _coerce(hints[name], value, key, src)
     try:
         return cls(**kwargs)
     except ConfigError as e:
-        raise ConfigError(f"{source}: {e}") from None
+        raise InvalidConfiguration(source, str(e)) from None
 
 
 _YAML11_EXPONENT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
@@ -550,7 +648,7 @@ _YAML11_EXPONENT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 def _coerce(tp: Any, value: Any, key: str, source: str) -> Any:
     origin = typing.get_origin(tp)
     if dataclasses.is_dataclass(tp):
-        return _build(tp, value, key + ".", source)
+        return _build(tp, value, key + ".", source, {})
     if origin is Literal:
         choices = typing.get_args(tp)
         if value not in choices:

@@ -97,7 +97,7 @@ def plan_export(
         reason = " ".join(str(e).split())  # one line
         raise ExportError(f"{run_config}: cannot read the checkpoint's configuration: {reason}") from None
     role = role_dir.name
-    base = trained.tester_model if role == "tester" and trained.tester_model else trained.coder_model
+    base = trained.role_model(role)
     if dtype not in DTYPES:
         raise ExportError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
     resolved = _stored_dtype(weights) if dtype == "auto" else dtype

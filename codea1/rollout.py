@@ -1,5 +1,5 @@
 """Rollouts of one training step: problems → coder completions → extracted code → tester
-completions (method §2 steps 2–5).
+completions (docs/algorithm.md, steps 2–5).
 
 Each phase is a separate function so the trainer can time it: :func:`coder_prompts`,
 :func:`sample`, :func:`extract_codes`, :func:`tester_prompts`, then :func:`assemble` joins
@@ -11,8 +11,8 @@ Decisions:
   reason in ``Rollout.skipped``; a skipped coder prompt drops the problem from the step;
 - white-box view: one tester prompt per (problem, code). A code whose extraction failed gets **no**
   tester prompt: there is no code to show, and its reward is 0 anyway (an invalid code scores 0 and
-  its suites' group would have zero variance, method §6), so generating suites for it would only
-  cost time. The code itself still trains the coder with reward 0;
+  its suites' group would have zero variance, docs/algorithm.md item 10), so generating suites for
+  it would only cost time. The code itself still trains the coder with reward 0;
 - black-box view (self-play baseline): one tester prompt per problem with the question only; its
   ``n_t`` suites are shared by all the problem's codes.
 
@@ -255,7 +255,7 @@ def training_batch(
 
 
 def coder_samples(rollout: Rollout, scores: Sequence[Any]) -> list[ScoredSample]:
-    """Every code sample with its reward R_C; group = its problem (method §2 step 6)."""
+    """Every code sample with its reward R_C; group = its problem (docs/algorithm.md, step 6)."""
     return [
         ScoredSample(c.completion, float(score.code_rewards[ci]), ("coder", pi), (pi, ci, -1))
         for pi, (pr, score) in enumerate(zip(rollout.problems, scores, strict=True))
@@ -269,7 +269,7 @@ def tester_samples(
     """The suites that train the tester, and the selected code indices per problem.
 
     White-box: group = the n_t suites of one code; per problem only the ``update_n`` codes with the
-    largest reward spread are kept (method §2 step 8); codes without suites never compete. Black-box
+    largest reward spread are kept (docs/algorithm.md, step 8); codes without suites never compete. Black-box
     (shared suites): one group per problem, a suite's reward is its mean R_T over the codes it scored.
     """
     out: list[ScoredSample] = []

@@ -34,7 +34,7 @@ assert, e.g. a setup assignment) is reported in the breakdown but not penalised,
 
 
 class GridRunner(Protocol):
-    """What scoring needs from the sandbox (``codea1.sandbox.pool.Sandbox`` and
+    """What scoring needs from the sandbox (``codea1.sandbox.local.Sandbox`` and
     ``codea1.sandbox.cluster.ClusterSandbox`` satisfy it)."""
 
     def run_grids(self, jobs: Sequence[GridJob], *, rel_tol: float, abs_tol: float) -> list[ExecGrid]:

@@ -102,6 +102,23 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     return [row for _, _, row in _metrics_lines(path) if row is not None]
 
 
+def metrics_complete(run_dir: Path, last_step: int) -> bool:
+    """Whether ``metrics.jsonl`` holds a readable line for every step up to ``last_step`` and nothing
+    else: the file :func:`truncate_metrics` leaves as it is (resuming a finished run changes nothing)."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.exists():
+        return False
+    lines = _metrics_lines(path)
+    if b"".join(raw for _, raw, _ in lines) != path.read_bytes() or not all(
+        r.endswith(b"\n") for _, r, _ in lines
+    ):
+        return False
+    steps = [row["step"] if row is not None else None for _, _, row in lines]
+    if None in steps or any(s > last_step for s in steps if s is not None):
+        return False
+    return set(range(1, last_step + 1)) <= set(steps)
+
+
 @dataclass
 class MetricsRepair:
     """What :func:`truncate_metrics` did to ``metrics.jsonl`` when a run resumed."""

@@ -1,5 +1,5 @@
-"""The co-training loop (method §2): one :meth:`Trainer.train_step` reads top to bottom in data-flow
-order, every phase timed as ``time/<phase>``.
+"""The co-training loop (docs/algorithm.md, "The training step"): one :meth:`Trainer.train_step`
+reads top to bottom in data-flow order, every phase timed as ``time/<phase>``.
 
 sample problems → coder rollouts → code extraction → tester prompts → tester rollouts → sandbox
 grid with Mistake-Book tests and rewards → Mistake Book update → advantages and tester-group
@@ -36,6 +36,7 @@ from codea1.checkpoint import (
 )
 from codea1.config import RunConfig, SamplingConfig
 from codea1.core.advantages import AdvantageStats
+from codea1.core.seeds import call_seed, epoch_order
 from codea1.engine.base import Learner, Policy, SamplingParams, TrainBatch, push_weights
 from codea1.eval.in_training import InRunEvaluator, due
 from codea1.replay.mistake_book import MistakeBook, StepReport
@@ -102,7 +103,7 @@ class ProblemSampler:
     def _order(self) -> np.ndarray:
         if not self.shuffle:
             return np.arange(self.n)
-        return np.random.default_rng([self.seed, self.epoch]).permutation(self.n)
+        return epoch_order(self.seed, self.epoch, self.n)
 
     def next(self) -> list[int]:
         """Indices of the next batch of problems."""
@@ -282,10 +283,10 @@ class Trainer:
     # ---- the step ----------------------------------------------------------------------------------
 
     def train_step(self, step: int) -> dict[str, float]:
-        """One training step (method §2); returns its metrics."""
+        """One training step (docs/algorithm.md, steps 1–12); returns its metrics."""
         cfg, m, tracker = self.cfg, self.models, self.tracker
         assert tracker is not None and self.book is not None
-        seed = cfg.train.seed * 1_000_003 + step * 2
+        coder_seed, tester_seed = (call_seed(cfg.train.seed, step, role) for role in ("coder", "tester"))
         step_start = time.perf_counter()
 
         with tracker.phase("sample_problems"):
@@ -296,7 +297,9 @@ class Trainer:
             coder_prompts, skipped = ro.coder_prompts(
                 problems, m.coder_policy, cfg.coder.sampling.max_prompt_tokens
             )
-            coder_groups = ro.sample(m.coder_policy, coder_prompts, sampling_params(cfg.coder.sampling, seed))
+            coder_groups = ro.sample(
+                m.coder_policy, coder_prompts, sampling_params(cfg.coder.sampling, coder_seed)
+            )
             rollout_stats = rollout_metrics("coder", m.coder_policy, coder_groups)
         self._checkpoint_interrupt()
 
@@ -315,7 +318,7 @@ class Trainer:
                 skipped += tester_skipped
             with tracker.phase("tester_rollout"):
                 tester_groups = ro.sample(
-                    m.tester_policy, tester_prompts, sampling_params(cfg.tester.sampling, seed + 1)
+                    m.tester_policy, tester_prompts, sampling_params(cfg.tester.sampling, tester_seed)
                 )
                 rollout_stats |= rollout_metrics("tester", m.tester_policy, tester_groups)
             self._checkpoint_interrupt()
@@ -403,7 +406,7 @@ class Trainer:
             tb.old_logprobs = learner.logprobs(tb)
         else:  # one optimizer step: the learner takes them from its own forward pass (ratio 1)
             tb.old_logprobs = None
-        if self.cfg.loss.kl_coef > 0:
+        if self.cfg.loss.keeps_reference:
             tb.ref_logprobs = learner.logprobs(tb, reference=True)
         bounds = np.linspace(0, len(tb), n_mini + 1).round().astype(int)
         sums: dict[str, float] = {}

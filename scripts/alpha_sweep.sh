@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The alpha ablation (method §11.5): one run per weight of validity vs adversarial failure in the
+# The alpha ablation (docs/algorithm.md, "The paper's results"): one run per weight of validity vs adversarial failure in the
 # Test-LLM reward, each in its own run directory. Extra arguments go to every run, e.g.
 #   scripts/alpha_sweep.sh --preset qwen-coder-0.5b-cpu --steps 20
 #   scripts/alpha_sweep.sh --engine scripted --steps 2          # a seconds-long dry run

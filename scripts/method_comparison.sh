@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The method comparison (method §11.1): Code-A1 against the Golden Tests and Self-Play baselines,
+# The method comparison (the paper's main table: docs/algorithm.md, "The paper's results"): Code-A1 against the Golden Tests and Self-Play baselines,
 # trained for the same number of steps from the same model, data order and seed, then each final
 # coder evaluated on the held-out split and HumanEval+ beside the base model.
 #

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any, TextIO
 
 from codea1 import __version__
+from codea1.cli.interrupts import ignore_interrupts
 from codea1.config import ConfigError
 from codea1.data.problems import DataError, DataWarning
 
@@ -55,10 +56,17 @@ def _os_error_line(e: OSError) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``codea1`` console script; returns the exit code."""
+    """Entry point of the ``codea1`` console script; returns the exit code.
+
+    Run as the program (``argv`` None), the command's end is also the end of interrupts: from the
+    moment it has returned or printed its one line, Ctrl-C and SIGTERM are ignored, so the exit
+    callbacks run to the end (torch's finalizers once printed a ``KeyboardInterrupt`` traceback).
+    """
+    program = argv is None
     try:
         parser = build_parser()  # imports every verb (torch among them): seconds a Ctrl-C may land in
     except KeyboardInterrupt:
+        _finished(program)
         print("codea1: interrupted", file=sys.stderr)
         return 130
     args = parser.parse_args(argv)
@@ -69,16 +77,27 @@ def main(argv: list[str] | None = None) -> int:
         warnings.simplefilter("always", DataWarning)
         warnings.showwarning = _show_warning(warnings.showwarning)
         try:
-            return int(args.func(args) or 0)
+            code = int(args.func(args) or 0)
         except (ConfigError, DataError, CliError) as e:
+            _finished(program)
             print(f"codea1: error: {e}", file=sys.stderr)
             return 2
         except OSError as e:
+            _finished(program)
             print(f"codea1: error: {_os_error_line(e)}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:
+            _finished(program)
             print("codea1: interrupted", file=sys.stderr)
             return 130
+        _finished(program)
+        return code
+
+
+def _finished(program: bool) -> None:
+    """The command is over: run as the program, ignore interrupts from now on (see :func:`main`)."""
+    if program:
+        ignore_interrupts()
 
 
 @contextlib.contextmanager
@@ -97,7 +116,8 @@ def _sigterm_as_interrupt() -> Iterator[None]:
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if signal.getsignal(signal.SIGTERM) is interrupt:  # not when the command ended ignoring it
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _show_warning(fallback: Any) -> Any:

@@ -21,6 +21,7 @@ from codea1.data.problems import (
     validate_problems,
 )
 from codea1.data.prompts import as_plain_text, coder_messages, tester_messages
+from codea1.limits import MAX_TESTS_PER_SUITE
 
 MAX_LISTED = 50
 """Invalid rows printed in full; the rest are counted."""
@@ -73,8 +74,8 @@ def run_validate(args: argparse.Namespace) -> int:
 
 def run_inspect(args: argparse.Namespace) -> int:
     """Print the report and one problem rendered as the three prompts."""
-    if args.n_tests < 1:
-        raise CliError(f"--n-tests must be >= 1, got {args.n_tests}")
+    if not 1 <= args.n_tests <= MAX_TESTS_PER_SUITE:
+        raise CliError(f"--n-tests must be in [1, {MAX_TESTS_PER_SUITE}], got {args.n_tests}")
     report = _report(args.spec, args.limit)
     if not report.ok:
         return 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -16,10 +17,12 @@ from typing import Any
 from codea1.cli import CliError
 from codea1.cli.eval_args import add_parsers, check_options, load_model, per_chunk, run_options, sampling
 from codea1.cli.eval_compare import run_compare
+from codea1.cli.options import check_at_least, check_at_most
+from codea1.cli.outputs import write_output
 from codea1.core.estimators import ks_for
 from codea1.eval import runner
 from codea1.eval.tables import format_table
-from codea1.results_file import write_json_atomic
+from codea1.limits import MAX_EVAL_SAMPLES, MAX_TOKENS
 
 
 def register(subparsers: Any) -> None:
@@ -52,7 +55,7 @@ def _finish(metrics: dict, title: str, output: Path | None, extra: dict[str, Any
     """Print the table; write ``metrics`` (plus ``extra`` top-level fields) to ``output`` if given."""
     print(format_table(metrics, title))
     if output is not None:
-        write_json_atomic(output, {**metrics, **(extra or {})})
+        write_output(output, json.dumps({**metrics, **(extra or {})}, indent=2) + "\n", make_parents=True)
         _say(f"wrote {output}")
     return 0
 
@@ -172,6 +175,12 @@ def run_bigcodebench(args: argparse.Namespace) -> int:
         load_tasks,
     )
 
+    for option, value, maximum in (
+        ("--n", args.n, MAX_EVAL_SAMPLES),
+        ("--max-new-tokens", args.max_new_tokens, MAX_TOKENS),
+    ):
+        check_at_least(value, option, 1)
+        check_at_most(value, option, maximum)
     try:
         tasks = load_tasks(args.split, args.subset)
         policy = load_model(args.model, args)

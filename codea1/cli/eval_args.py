@@ -10,12 +10,25 @@ from pathlib import Path
 from typing import Any
 
 from codea1.cli import CliError
-from codea1.cli.options import check_at_least, check_seconds, check_workers
+from codea1.cli.options import check_at_least, check_at_most, check_seconds, check_workers
 from codea1.cli.outputs import check_distinct, check_input, check_output
 from codea1.config import EngineConfig
 from codea1.engine.base import Policy, SamplingParams
 from codea1.eval.inputs import SAMPLE_FORMATS
 from codea1.eval.runner import RunOptions
+from codea1.limits import (
+    MAX_CHUNK,
+    MAX_EVAL_SAMPLES,
+    MAX_GROUP_SIZE,
+    MAX_MUTANTS,
+    MAX_TESTS_CONSIDERED,
+    MAX_TESTS_PER_SUITE,
+    MAX_TOKENS,
+)
+
+SIZE_MAXIMA = {"n": MAX_EVAL_SAMPLES, "k": MAX_TESTS_CONSIDERED, "m": MAX_GROUP_SIZE,
+               "tests_per_suite": MAX_TESTS_PER_SUITE}  # fmt: skip
+"""The largest value of each size option of ``code|tests|bon`` (``codea1.limits``)."""
 
 
 def add_common_options(p: argparse.ArgumentParser) -> None:
@@ -91,9 +104,19 @@ def add_parsers(subparsers: Any) -> dict[str, argparse.ArgumentParser]:
             "of generation lists; auto: by the file's keys (refuses a mix)",
         )  # fmt: skip
 
-    cmp = sub.add_parser("compare", help="before vs after: paired bootstrap of two code evaluations")
-    cmp.add_argument("before", type=Path, help="results JSONL or metrics JSON of `eval code` (baseline)")
-    cmp.add_argument("after", type=Path, help="results JSONL or metrics JSON of `eval code` (new model)")
+    cmp = sub.add_parser("compare", help="before vs after: paired bootstrap of two evaluations")
+    cmp.add_argument(
+        "before", type=Path, help="results JSONL or metrics JSON of `eval code|tests` (baseline)"
+    )
+    cmp.add_argument(
+        "after", type=Path, help="results JSONL or metrics JSON of `eval code|tests` (new model)"
+    )
+    cmp.add_argument(
+        "--metric", choices=("pass", "valid", "killed"), default="pass",
+        help="per-problem score: pass (code: fraction of correct samples), valid (tests: valid tests / k), "
+        "killed (tests: killed / live mutants)",
+    )  # fmt: skip
+    cmp.add_argument("--problems", help="compare only the problems of this data spec (e.g. demo:easy-train)")
     cmp.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
     cmp.add_argument("--confidence", type=float, default=0.95, help="confidence level of the interval")
     cmp.add_argument("--seed", type=int, default=0, help="bootstrap seed")
@@ -131,6 +154,7 @@ def check_options(args: argparse.Namespace, files: Sequence[str] = ()) -> None:
         raise CliError(f"--memory-mb must be in [64, {1 << 20}], got {args.memory_mb}")
     check_at_least(args.limit, "--limit", 0)
     check_at_least(args.chunk, "--chunk", 1)
+    check_at_most(args.chunk, "--chunk", MAX_CHUNK)
     check_seconds(args.budget_floor, "--budget-floor", MAX_BUDGET_S)
     if not (math.isfinite(args.budget_factor) and args.budget_factor > 0):
         raise CliError(f"--budget-factor must be a finite number > 0, got {args.budget_factor:g}")
@@ -138,11 +162,14 @@ def check_options(args: argparse.Namespace, files: Sequence[str] = ()) -> None:
     if not (math.isfinite(args.top_p) and 0 < args.top_p <= 1):
         raise CliError(f"--top-p must be in (0, 1], got {args.top_p:g}")
     check_at_least(args.max_new_tokens, "--max-new-tokens", 1)
-    for name in ("n", "k", "m", "tests_per_suite"):
+    check_at_most(args.max_new_tokens, "--max-new-tokens", MAX_TOKENS)
+    for name, maximum in SIZE_MAXIMA.items():
         if hasattr(args, name):
             check_at_least(getattr(args, name), "--" + name.replace("_", "-"), 1)
+            check_at_most(getattr(args, name), "--" + name.replace("_", "-"), maximum)
     if hasattr(args, "max_mutants"):
         check_at_least(args.max_mutants, "--max-mutants", 0)
+        check_at_most(args.max_mutants, "--max-mutants", MAX_MUTANTS)
     for option in files:
         path = getattr(args, option.lstrip("-").replace("-", "_"))
         if path is not None:

@@ -1,4 +1,5 @@
-"""``codea1 eval compare``: before vs after, a paired bootstrap of two ``eval code`` runs.
+"""``codea1 eval compare``: before vs after, a paired bootstrap of two ``eval code`` (or two
+``eval tests``) runs, with a sign-flip permutation p-value; ``--problems`` keeps one subset.
 
 Each side is a results JSONL of ``eval code`` or the metrics JSON that names one (its ``results``
 field); the records are read with ``codea1.results_file.read_records``, as the report reads them.
@@ -7,6 +8,7 @@ field); the records are read with ``codea1.results_file.read_records``, as the r
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from pathlib import Path
@@ -14,14 +16,14 @@ from typing import Any
 
 from codea1.cli import CliError
 from codea1.cli.options import check_at_least
-from codea1.cli.outputs import check_distinct, check_input, check_output
+from codea1.cli.outputs import check_distinct, check_input, check_output, write_output
 from codea1.eval.tables import format_table
-from codea1.results_file import read_json, read_records, write_json_atomic
+from codea1.results_file import read_json, read_records
 
 
 def run_compare(args: argparse.Namespace) -> int:
     """``codea1 eval compare``."""
-    from codea1.core.comparison import compare_records, delta_table
+    from codea1.core.comparison import compare_records, delta_table, restrict
 
     check_at_least(args.resamples, "--resamples", 1)
     if not (math.isfinite(args.confidence) and 0 < args.confidence < 1):
@@ -33,20 +35,45 @@ def run_compare(args: argparse.Namespace) -> int:
     for path, records in ((args.before, before), (args.after, after)):
         if not records:
             raise CliError(f"{path}: no per-problem records to compare (an empty results file?)")
+    if args.problems:
+        ids = _problem_ids(args.problems)
+        before, after = restrict(before, ids), restrict(after, ids)
+        if not before or not after:
+            raise CliError(f"--problems {args.problems}: none of its {len(ids)} problems is in both results")
     try:
         deltas = compare_records(
-            before, after, resamples=args.resamples, confidence=args.confidence, seed=args.seed
-        )
+            before, after, resamples=args.resamples, confidence=args.confidence, seed=args.seed,
+            metric=args.metric,
+        )  # fmt: skip
     except ValueError as e:
         raise CliError(str(e)) from None
-    title = f"{args.after} vs {args.before} (paired bootstrap, {args.resamples} resamples)"
-    meta = {"before": str(args.before), "after": str(args.after), "resamples": args.resamples}
+    subset = f", problems of {args.problems}" if args.problems else ""
+    title = (
+        f"{args.after} vs {args.before} ({args.metric}{subset}; paired bootstrap, {args.resamples} resamples)"
+    )
+    meta = {
+        "before": str(args.before), "after": str(args.after), "resamples": args.resamples,
+        "metric": args.metric, "problems": args.problems or "",
+    }  # fmt: skip
     table = delta_table(deltas)
     print(format_table(table, title))
     if args.output is not None:
-        write_json_atomic(args.output, {**table, "comparison": meta})
+        write_output(
+            args.output, json.dumps({**table, "comparison": meta}, indent=2) + "\n", make_parents=True
+        )
         print(f"wrote {args.output}", file=sys.stderr, flush=True)
     return 0
+
+
+def _problem_ids(spec: str) -> set[str]:
+    """The problem ids of a data spec (``--problems``), or a one-line error."""
+    from codea1.data.problems import load_problems
+    from codea1.data.rows import DataError
+
+    try:
+        return {p.id for p in load_problems(spec)}
+    except (DataError, OSError, ValueError) as e:
+        raise CliError(f"--problems {spec}: {e}") from None
 
 
 def _code_records(path: Path, named_by: Path | None = None) -> list[dict[str, Any]]:

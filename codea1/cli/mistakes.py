@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from codea1.cli import CliError
+from codea1.cli.outputs import OutputFile, check_distinct, check_output
 from codea1.replay.mistake_book import DEFAULT_FILENAME, BookFileError, MistakeBook
 
 
@@ -34,7 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     inspect.set_defaults(func=run_inspect)
     export = actions.add_parser("export", help="write every entry as one JSON line")
     export.add_argument("target", type=Path, metavar="DB", help="run directory or .sqlite file")
-    export.add_argument("--output", "-o", type=Path, required=True, metavar="FILE.jsonl", help="output file")
+    export.add_argument(
+        "--output", "-o", type=Path, required=True, metavar="FILE.jsonl", help="output file ('-' = stdout)"
+    )
     export.set_defaults(func=run_export)
 
 
@@ -107,18 +110,22 @@ def _print_inspection(book: MistakeBook, path: Path, top: int, samples: int) -> 
 
 
 def run_export(args: argparse.Namespace) -> int:
-    """Export every entry to JSONL (written atomically)."""
+    """Export every entry to JSONL through the output helper (:class:`OutputFile`: a file written
+    whole or not at all, a symlink written through, a device or FIFO written in place)."""
     path = resolve_db(args.target)
-    out: Path = args.output
-    if out.is_dir():
-        raise CliError(f"--output {out} is a directory; give a file name")
-    if not out.parent.is_dir():
-        raise CliError(f"--output {out}: directory {out.parent} does not exist")
-    if out.exists() and out.resolve() == path.resolve():
-        raise CliError(f"--output {out} is the Mistake Book itself; give another file")
+    out = str(args.output)
+    check_output(out)
+    check_distinct(out, "--output", {"the Mistake Book": path})
+
+    def export(book: MistakeBook) -> int:
+        with OutputFile(out) as f:
+            n = book.write_jsonl(f.stream)
+            f.commit()
+        return n
+
     try:
-        n = _reading(path, lambda book: book.export_jsonl(out))
+        n = _reading(path, export)
     except OSError as e:
         raise CliError(f"cannot write {out}: {e.strerror or e}") from None
-    print(f"{n} entries written to {out}")
+    print(f"{n} entries written to {out}", file=sys.stderr if out == "-" else sys.stdout)
     return 0

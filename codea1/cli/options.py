@@ -5,15 +5,24 @@ from __future__ import annotations
 import math
 
 from codea1.cli import CliError
-
-MAX_WORKERS = 1024
-"""Largest ``--workers`` accepted (each sandbox worker is a process tree with its own cgroups)."""
+from codea1.limits import WORKERS_PER_CORE, cores, max_workers
 
 
 def check_workers(n: int, option: str = "--workers") -> None:
-    """A worker count: 0 (one per core) up to :data:`MAX_WORKERS`."""
-    if not 0 <= n <= MAX_WORKERS:
-        raise CliError(f"{option} must be in [0, {MAX_WORKERS}] (0 = one per core), got {n}")
+    """A sandbox worker count: 0 (one per core) up to :func:`codea1.limits.max_workers`, a few per
+    core of this machine (each worker is a process tree with its own cgroups)."""
+    limit = max_workers()
+    if not 0 <= n <= limit:
+        raise CliError(
+            f"{option} must be in [0, {limit}] (0 = one per core; at most {WORKERS_PER_CORE} per core, "
+            f"this machine has {cores()}), got {n}"
+        )
+
+
+def check_at_most(value: int, option: str, maximum: int) -> None:
+    """A size no larger than ``maximum`` (see :mod:`codea1.limits`)."""
+    if value > maximum:
+        raise CliError(f"{option} must be at most {maximum}, got {value}")
 
 
 def check_seconds(value: float | None, option: str, maximum: float) -> None:

@@ -1,17 +1,22 @@
 """Input and output files of the batch verbs: checked before any work starts, outputs written whole or not at all.
 
 :func:`check_input` and :func:`check_output` turn a bad path into one :class:`CliError` line before
-anything is created. :class:`OutputFile` collects an output in an unnamed file (``O_TMPFILE``) in the
-target's directory and gives it its name only when the command finishes, so Ctrl-C, an error or even
-``kill -9`` leaves either the finished file or nothing. Where the file system has no unnamed files,
-a hidden ``.codea1-out-<pid>-…`` file stands in, is removed on any error, and a later start removes
-the ones whose owner process is dead.
+anything is created. :class:`OutputFile` (and :func:`write_output`, for an output made at once) is
+the one way every verb writes an output file. A regular file is collected in an unnamed file
+(``O_TMPFILE``) in the target's directory and given its name only when the command finishes, so
+Ctrl-C, an error or even ``kill -9`` leaves either the finished file or nothing. Where the file
+system has no unnamed files, a hidden ``.codea1-out-<pid>-…`` file stands in, is removed on any
+error, and a later start removes the ones whose owner process is dead. A symlink is written
+through: its target is the file replaced, and the link stays. A character device or a FIFO
+(``/dev/null``, ``/dev/full``, a pipe) is written in place, never replaced by a regular file; a
+block device, a socket or a symlink loop is refused.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -36,16 +41,51 @@ def check_input(path: str, option: str = "--input") -> None:
         raise CliError(f"{option} {path}: not readable (permission denied)")
 
 
+def output_target(path: str | os.PathLike[str]) -> Path:
+    """The file that writing ``path`` writes: ``path`` itself, or the final target of a symlink (a
+    dangling one's target is created). :class:`CliError` for a symlink loop."""
+    p = Path(path)
+    if not p.is_symlink():
+        return p
+    try:
+        return Path(os.path.realpath(p, strict=True))
+    except FileNotFoundError:
+        return Path(os.path.realpath(p))
+    except OSError as e:
+        raise CliError(f"{path}: a symlink that leads nowhere ({e.strerror or e})") from None
+
+
+def streamed(target: Path) -> bool:
+    """Whether an existing ``target`` is written in place (a character device or a FIFO) rather than
+    replaced; :class:`CliError` for what is neither that nor a regular file (a block device, a socket)."""
+    try:
+        mode = target.stat().st_mode
+    except OSError:  # absent, or under a file or an unreadable directory: check_output says which
+        return False
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return False
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return True
+    kind = "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a file"
+    raise CliError(f"{target}: {kind}; refusing to write it (give a file name)")
+
+
 def check_output(path: str, option: str = "--output", *, parent_must_exist: bool = True) -> None:
     """Raise :class:`CliError` unless ``path`` (or ``-`` for stdout) can be written as an output file.
 
-    ``parent_must_exist=False``: for writers that create the missing directories themselves.
+    A symlink is checked as its target (that is the file written). ``parent_must_exist=False``: for
+    writers that create the missing directories themselves.
     """
     if path == "-":
         return
-    p = Path(path)
-    if p.is_dir():
-        raise CliError(f"{option} {path}: is a directory; give a file name")
+    try:
+        p = output_target(path)
+        if p.is_dir():
+            raise CliError(f"{path}: is a directory; give a file name")
+        if streamed(p):
+            return
+    except CliError as e:
+        raise CliError(f"{option} {e}") from None
     parent = p.absolute().parent
     if not parent_must_exist:
         while not parent.exists() and parent != parent.parent:
@@ -117,8 +157,9 @@ class OutputFile:
     """A text output that appears at ``path`` only on :meth:`commit` (``-`` writes to stdout directly).
 
     Use as a context manager: leaving the block without :meth:`commit` (an error, Ctrl-C) discards
-    what was written. An existing file that is not a regular file (``/dev/null``, a FIFO) is written
-    in place, since it cannot be replaced by a rename.
+    what was written. A symlink is written through (its target is replaced, the link stays). An
+    existing character device or FIFO (``/dev/null``, a pipe) is written in place, since a rename
+    would replace it by a regular file; a block device or a socket is a :class:`CliError`.
     """
 
     def __init__(self, path: str) -> None:
@@ -128,8 +169,9 @@ class OutputFile:
         if path == "-":
             self.stream: TextIO = sys.stdout
             return
-        target = Path(path)
-        if target.exists() and not target.is_file():
+        target = output_target(path)
+        self._target = str(target.absolute())
+        if streamed(target):
             self.stream = open(target, "w", encoding="utf-8")  # noqa: SIM115 - closed in commit/discard
             return
         directory = target.absolute().parent
@@ -143,14 +185,23 @@ class OutputFile:
         self.stream = os.fdopen(fd, "w", encoding="utf-8", closefd=self._unnamed_fd is None)
 
     def commit(self) -> None:
-        """Flush and give the output its name (atomically replacing an older file)."""
+        """Flush and give the output its name (atomically replacing an older file). A failed write
+        (a full disk, ``/dev/full``) is an ``OSError`` naming the output."""
+        try:
+            self._commit()
+        except OSError as e:
+            if e.filename is not None or not e.strerror:
+                raise
+            raise OSError(e.errno, e.strerror, self.path) from None
+
+    def _commit(self) -> None:
         self.stream.flush()
         if self.stream is sys.stdout:
             return
         if self._unnamed_fd is None and self._stand_in is None:
             self.stream.close()
             return
-        target = os.path.abspath(self.path)
+        target = self._target
         if self._unnamed_fd is not None:
             os.fsync(self._unnamed_fd)
             self._link_unnamed(target)
@@ -205,6 +256,30 @@ class OutputFile:
     ) -> None:
         if kind is not None or not self.stream.closed and self.stream is not sys.stdout:
             self.discard()
+
+
+def write_output(path: str | os.PathLike[str], text: str, *, make_parents: bool = False) -> None:
+    """Write ``text`` as the output ``path`` through :class:`OutputFile` (whole or not at all).
+
+    ``make_parents``: create the missing directories first (removed again if the write fails).
+    """
+    created: list[Path] = []
+    if make_parents and str(path) != "-":
+        parent = output_target(path).absolute().parent
+        while not parent.exists():
+            created.append(parent)
+            parent = parent.parent
+        for d in reversed(created):
+            d.mkdir()
+    try:
+        with OutputFile(str(path)) as out:
+            out.stream.write(text)
+            out.commit()
+    except BaseException:
+        for d in created:
+            with contextlib.suppress(OSError):
+                d.rmdir()
+        raise
 
 
 def _umask() -> int:

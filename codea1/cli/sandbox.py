@@ -4,7 +4,8 @@
 "predicted"}...]}`` and writes one line per input ``{"id", "oracle", "code_status", "grid"}``; a bad
 line (not UTF-8, not JSON, a missing or mistyped field) yields ``{"id", "error"}`` instead. ``-``
 means stdin / stdout. Options and paths are checked before anything starts, and the output file
-appears only once every line is answered (see ``codea1.cli.outputs``).
+appears only once every line is answered (see ``codea1.cli.outputs``). The last line on stderr
+counts the lines run and the error rows; when every line is an error row the exit code is 1.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from codea1.cli import CliError
-from codea1.cli.options import check_at_least, check_seconds, check_workers
+from codea1.cli.interrupts import closed_whole
+from codea1.cli.options import check_at_least, check_at_most, check_seconds, check_workers
 from codea1.cli.outputs import OutputFile, check_distinct, check_input, check_output
 from codea1.config import SandboxConfig
+from codea1.limits import MAX_JOBS_PER_CALL
 from codea1.sandbox.attacks import run_suite
 from codea1.sandbox.channels import channel_status
-from codea1.sandbox.pool import Sandbox, SandboxUnavailable
+from codea1.sandbox.local import Sandbox, SandboxUnavailable
 from codea1.sandbox.tasks import MAX_CPU_S, check_config
 from codea1.types import GridJob, TestCase
 
@@ -156,6 +159,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """
     cfg = _config(args)
     check_at_least(args.batch, "--batch", 1)
+    check_at_most(args.batch, "--batch", MAX_JOBS_PER_CALL)
     check_at_least(args.rel_tol, "--rel-tol", 0)
     check_at_least(args.abs_tol, "--abs-tol", 0)
     check_input(args.input)
@@ -167,7 +171,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         else:
             src = stack.enter_context(open(args.input, "rb"))
         out = stack.enter_context(OutputFile(args.output))
-        with _start(cfg) as sandbox:
+        counts = {"lines": 0, "errors": 0}
+        with closed_whole(_start(cfg)) as sandbox:
             pending: list[GridJob | dict[str, str]] = []
 
             def flush() -> None:
@@ -176,6 +181,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 for item in pending:
                     row = next(grids).to_dict() if isinstance(item, GridJob) else item
                     out.stream.write(json.dumps(row, ensure_ascii=True) + "\n")
+                counts["lines"] += len(pending)
+                counts["errors"] += len(pending) - len(jobs)
                 pending.clear()
 
             for lineno, line, bad in read_lines(src):
@@ -190,6 +197,19 @@ def cmd_run(args: argparse.Namespace) -> int:
                     flush()
             flush()
         out.commit()
+    return report(counts["lines"], counts["errors"], args.output)
+
+
+def report(lines: int, errors: int, output: str) -> int:
+    """Say on stderr how many lines ran and how many are error rows; the exit code: 1 when every
+    line is an error row (nothing ran), else 0."""
+    where = "the output" if output == "-" else output
+    if lines and errors == lines:
+        print(f"codea1 sandbox run: every one of the {lines} line(s) is an error row (the reason is in "
+              f"its 'error' field in {where}): nothing ran", file=sys.stderr)  # fmt: skip
+        return 1
+    bad = f", {errors} line(s) with errors (the reason is in their 'error' field)" if errors else ""
+    print(f"codea1 sandbox run: ran {lines - errors} of {lines} line(s){bad}", file=sys.stderr)
     return 0
 
 

@@ -13,11 +13,12 @@ import argparse
 import codecs
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from codea1.cli import CliError
+from codea1.cli.interrupts import closed_whole
 from codea1.cli.options import check_workers
 from codea1.cli.outputs import OutputFile, check_distinct, check_input, check_output
 from codea1.config import RewardConfig, SandboxConfig
@@ -134,9 +135,14 @@ def _line_id(line: str) -> Any:
 
 
 def score_lines(
-    lines: list[str], sandbox: Any, reward: RewardConfig, book: MistakeBook | None
+    lines: list[str],
+    sandbox: Any,
+    reward: RewardConfig,
+    book: MistakeBook | None,
+    numbers: Sequence[int] | None = None,
 ) -> tuple[list[dict], list]:
-    """Output rows for ``lines`` (bad ones carry ``error``) and the Mistake-Book updates."""
+    """Output rows for ``lines`` (bad ones carry ``error``, naming the line's number in the input
+    file: ``numbers``, by default 1, 2, ...) and the Mistake-Book updates."""
     rows: list[dict | None] = [None] * len(lines)
     items, where = [], []
     for i, line in enumerate(lines):
@@ -144,7 +150,8 @@ def score_lines(
             items.append(parse_line(line))
             where.append(i)
         except ValueError as e:
-            rows[i] = {"id": _line_id(line), "error": f"bad input line {i + 1}: {e}"}
+            number = numbers[i] if numbers is not None else i + 1
+            rows[i] = {"id": _line_id(line), "error": f"bad input line {number}: {e}"}
     history = book.retrieve_many(it.problem.id for it in items) if book is not None else None
     scores = score_batch(items, sandbox, reward=reward, history=history)
     for i, s in zip(where, scores, strict=True):
@@ -182,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
 
     Options and paths are checked before anything is opened or started.
     """
-    from codea1.sandbox.pool import Sandbox, SandboxUnavailable  # starts worker processes: import on use
+    from codea1.sandbox.local import Sandbox, SandboxUnavailable  # starts worker processes: import on use
 
     if not 0.0 <= args.alpha <= 1.0:
         raise CliError(f"--alpha must be in [0, 1], got {args.alpha}")
@@ -196,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
     if args.mistake_book is not None and args.mistake_book.is_dir():
         raise CliError(f"--mistake-book {args.mistake_book}: is a directory, not a database file")
     reward = RewardConfig(alpha=args.alpha, normalize_by_suite=args.normalize_by_suite)
-    lines = [line for line in _read(args.input) if line.strip()]
+    numbered = [(n, line) for n, line in enumerate(_read(args.input), 1) if line.strip()]
     book = open_book(args.mistake_book, args.no_update) if args.mistake_book is not None else None
     out: list[dict] = []
     updates = []
@@ -205,9 +212,10 @@ def run(args: argparse.Namespace) -> int:
             sandbox = Sandbox(SandboxConfig(workers=args.workers))
         except SandboxUnavailable as e:
             raise CliError(str(e)) from None
-        with sandbox:
-            for start in range(0, len(lines), CHUNK):
-                rows, ups = score_lines(lines[start : start + CHUNK], sandbox, reward, book)
+        with closed_whole(sandbox):
+            for start in range(0, len(numbered), CHUNK):
+                chunk = numbered[start : start + CHUNK]
+                rows, ups = score_lines([t for _, t in chunk], sandbox, reward, book, [n for n, _ in chunk])
                 out.extend(rows)
                 updates.extend(ups)
         _write(args.output, out)
@@ -219,5 +227,6 @@ def run(args: argparse.Namespace) -> int:
         if book is not None:
             book.close()
     n_err = sum("error" in r for r in out)
-    print(f"scored {len(out) - n_err} problem(s), {n_err} with errors", file=sys.stderr)
+    errors = f", {n_err} line(s) with errors (their rows hold the reason in 'error')" if n_err else ""
+    print(f"scored {len(out) - n_err} of {len(out)} line(s){errors}", file=sys.stderr)
     return 0

@@ -17,13 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from codea1.cli import CliError
+from codea1.cli.options import check_workers
+from codea1.cli.resume import RESUME_CONFIG, finished_step, resume_config
 from codea1.config import RunConfig, load_config
+from codea1.limits import MAX_WORKERS
 from codea1.run_lock import LOCK_FILE, RunDirBusy, RunDirLock
-
-RESUME_CONFIG = "config.yaml"
-RESUME_SETTABLE = ("cluster.", "engine.backend=")
-"""What ``--set`` may change on ``--resume``: where the run executes, not what it computes (a
-checkpoint loads into any number of learner workers and into either backend)."""
 
 
 def register(subparsers: Any) -> None:
@@ -48,51 +46,38 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def flag_overrides(args: argparse.Namespace) -> list[str]:
-    """The ``section.field=value`` overrides implied by the convenience flags."""
-    out = []
+def flag_overrides(args: argparse.Namespace) -> dict[str, str]:
+    """The ``section.field=value`` overrides implied by the convenience flags, each with the flag
+    that implies it (what an error about it names)."""
+    out: dict[str, str] = {}
     if args.method:
-        out.append(f"train.method={args.method}")
+        out[f"train.method={args.method}"] = f"--method {args.method}"
         if args.method == "selfplay" and not args.tester_view:
-            out.append("tester.view=blackbox")
+            out["tester.view=blackbox"] = "--method selfplay"
     if args.tester_view:
-        out.append(f"tester.view={args.tester_view}")
+        out[f"tester.view={args.tester_view}"] = f"--tester-view {args.tester_view}"
     if args.alpha is not None:
-        out.append(f"reward.alpha={args.alpha}")
+        out[f"reward.alpha={args.alpha}"] = f"--alpha {args.alpha:g}"
     if args.no_mistake_book:
-        out.append("mistake_book.enabled=false")
+        out["mistake_book.enabled=false"] = "--no-mistake-book"
     if args.steps is not None:
-        out.append(f"train.steps={args.steps}")
+        out[f"train.steps={args.steps}"] = f"--steps {args.steps}"
     if args.engine:
-        out.append(f"engine.kind={args.engine}")
+        out[f"engine.kind={args.engine}"] = f"--engine {args.engine}"
     if args.progress:
-        out.append(f"tracking.progress={args.progress}")
+        out[f"tracking.progress={args.progress}"] = f"--progress {args.progress}"
     return out
 
 
 def resolve(args: argparse.Namespace) -> tuple[RunConfig, Path, bool]:
     """The configuration, the run directory and whether this resumes an existing run."""
     if args.resume:
-        run_dir = Path(args.resume)
-        if not run_dir.is_dir():
-            raise CliError(f"--resume {run_dir}: not a directory (give the run directory to continue)")
-        if not (run_dir / RESUME_CONFIG).is_file():
-            raise CliError(f"--resume {run_dir}: no {RESUME_CONFIG} there (not a codea1 run directory)")
-        if args.preset or args.method or args.tester_view or args.alpha is not None:
-            raise CliError(
-                "--resume continues a run with its saved configuration; drop --preset/--method/--tester-view/"
-                "--alpha"
-            )
-        changed = [o for o in args.overrides if not o.strip().startswith(RESUME_SETTABLE)]
-        if changed:
-            raise CliError(
-                f"--resume continues a run with its saved configuration; --set {changed[0]} would change "
-                "it (on resume --set takes only cluster.* and engine.backend: where the run executes)"
-            )
-        progress = [f"tracking.progress={args.progress}"] if args.progress else []
-        cfg = load_config(str(run_dir / RESUME_CONFIG), [*args.overrides, *progress])
+        cfg, run_dir = resume_config(args)
+        check_machine(cfg, resume=True)
         return cfg, run_dir, True
-    cfg = load_config(args.preset or "tiny-cpu", [*args.overrides, *flag_overrides(args)])
+    flags = flag_overrides(args)
+    cfg = load_config(args.preset or "tiny-cpu", [*args.overrides, *flags], labels=flags)
+    check_machine(cfg, resume=False)
     if args.run_dir:
         run_dir = Path(args.run_dir)
     else:
@@ -101,6 +86,20 @@ def resolve(args: argparse.Namespace) -> tuple[RunConfig, Path, bool]:
         )
     check_new_run_dir(run_dir)
     return cfg, run_dir, False
+
+
+def check_machine(cfg: RunConfig, *, resume: bool) -> None:
+    """The sizes this machine bounds: ``sandbox.workers`` (a few per core; the Ray fan-out runs the
+    sandbox on the cluster's nodes, which have their own cores)."""
+    if cfg.engine.backend == "ray" and cfg.cluster.sandbox_fanout:
+        return
+    if cfg.sandbox.workers > MAX_WORKERS:  # refused by the configuration already
+        return
+    hint = " (on --resume: --set sandbox.workers=0)" if resume else ""
+    try:
+        check_workers(cfg.sandbox.workers, "sandbox.workers")
+    except CliError as e:
+        raise CliError(f"{e}{hint}") from None
 
 
 def check_new_run_dir(run_dir: Path) -> None:
@@ -188,13 +187,19 @@ def run(args: argparse.Namespace) -> int:
     """Entry point of ``codea1 train``; returns 0, or 130 when stopped by Ctrl-C after saving.
 
     Everything that can be checked is checked before the run directory is touched: the whole
-    configuration, the data, the models and the sandbox. A resumed run is locked first; a new run's
-    directory is created, locked and given its ``config.yaml`` only when training is about to start.
+    configuration, the data, the models and the sandbox. A resumed run is locked first (a finished
+    one is only read: resuming it changes nothing); a new run's directory is created, locked and
+    given its ``config.yaml`` only when training is about to start.
     """
     from codea1.checkpoint import CheckpointError
     from codea1.replay.mistake_book import BookFileError
 
     cfg, run_dir, resume = resolve(args)
+    if resume and (done := finished_step(run_dir, cfg)) is not None:  # read only: not even the lock
+        print(f"codea1 train: {run_dir} is finished (checkpoint of step {done}, train.steps={cfg.train.steps}): "
+              f"nothing to do, nothing changed; to extend it raise train.steps in {run_dir / RESUME_CONFIG}, "
+              "then --resume", flush=True)  # fmt: skip
+        return 0
     try:
         with ExitStack() as held:
             if resume:
@@ -229,7 +234,7 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, held: ExitStack) -> Any:
     from codea1.engine.base import EngineFailure
     from codea1.engine.build import rollout_engine
     from codea1.sandbox.cluster import ClusterSandbox
-    from codea1.sandbox.pool import Sandbox, SandboxUnavailable
+    from codea1.sandbox.local import Sandbox, SandboxUnavailable
     from codea1.trainer import Trainer, TrainingOutOfMemory
 
     if cfg.engine.kind == "transformers":

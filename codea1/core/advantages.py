@@ -1,4 +1,4 @@
-"""Group-relative (GRPO) advantages of method §2 step 11.
+"""Group-relative (GRPO) advantages (docs/algorithm.md, step 11 and item 17).
 
 ``A_i = (r_i − mean_g) / (std_g + eps)`` over the samples of group g. As in verl's
 ``compute_grpo_outcome_advantage``, std is the **unbiased** (Bessel-corrected, n − 1) sample std.
@@ -10,7 +10,7 @@ Deliberate differences, all documented in docs/algorithm.md:
   such groups are counted, since they carry no learning signal;
 - ``norm_by_std=False`` only centres the rewards (Dr.GRPO style).
 
-Rewards are read in float64 and advantages returned in float32 (never bf16, bug §13.9).
+Rewards are read in float64 and advantages returned in float32 (never bf16, docs/algorithm.md bug R9).
 """
 
 from __future__ import annotations

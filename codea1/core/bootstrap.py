@@ -23,7 +23,9 @@ class PairedDelta:
 
     Scores are fractions in [0, 1]; ``before``, ``after``, ``delta`` and the interval are their means.
     ``p_not_better`` is the fraction of resamples whose delta is <= 0 (a one-sided bootstrap p-value
-    for "after is better"); ``improved`` / ``worsened`` count problems whose own score went up / down.
+    for "after is better"); ``p_sign_flip`` the one-sided sign-flip permutation p-value of the same
+    hypothesis (:func:`sign_flip_p`); ``improved`` / ``worsened`` count problems whose own score went
+    up / down.
     """
 
     problems: int
@@ -37,6 +39,7 @@ class PairedDelta:
     improved: int
     worsened: int
     resamples: int
+    p_sign_flip: float = 1.0
 
 
 def paired_bootstrap(
@@ -89,7 +92,38 @@ def paired_bootstrap(
         improved=int((diff > 0).sum()),
         worsened=int((diff < 0).sum()),
         resamples=resamples,
+        p_sign_flip=sign_flip_p(diff, seed=seed),
     )
+
+
+EXACT_SIGN_FLIP_MAX = 16
+"""Up to this many problems :func:`sign_flip_p` enumerates every sign pattern (2^16)."""
+
+
+def sign_flip_p(diff: Sequence[float], *, draws: int = 200_000, seed: int = 0) -> float:
+    """One-sided sign-flip permutation p-value of "the mean paired difference is > 0".
+
+    Under the null hypothesis that training changed nothing, each problem's difference is as likely
+    negative as positive; the p-value is the share of the 2^n sign patterns whose mean is at least
+    the observed one (the identity included, so p >= 2^-n). Exact for n <= ``EXACT_SIGN_FLIP_MAX``,
+    else ``draws`` random patterns (seeded) plus the observed one. Fisher 1935; Good 2005, ch. 3.
+    """
+    d = np.asarray(diff, dtype=np.float64)
+    if d.ndim != 1 or d.size == 0 or not np.isfinite(d).all():
+        raise ValueError("sign_flip_p: need a non-empty vector of finite differences")
+    observed = d.mean() - 1e-12 * max(1.0, float(np.abs(d).max()))  # ties count as "at least"
+    n = d.size
+    if n <= EXACT_SIGN_FLIP_MAX:
+        patterns = np.arange(1 << n, dtype=np.int64)[:, None] >> np.arange(n, dtype=np.int64)
+        signs = 1.0 - 2.0 * (patterns & 1)
+        return float(((signs @ d) / n >= observed).mean())
+    rng = np.random.default_rng(seed)
+    hits = 1  # the observed pattern
+    chunk = max(1, 2_000_000 // n)
+    for start in range(0, draws, chunk):
+        signs = rng.choice((-1.0, 1.0), size=(min(chunk, draws - start), n))
+        hits += int(((signs @ d) / n >= observed).sum())
+    return hits / (draws + 1)
 
 
 def ratio_interval(

@@ -1,9 +1,10 @@
-"""Compare two code-generation evaluations of the same problems (before vs after training).
+"""Compare two evaluations of the same problems (before vs after training).
 
-Each side is the per-problem records of ``codea1 eval code`` (``{"id", "source", "correct": [...]}``).
-A problem's score is its fraction of correct samples (avg@n), and the difference of the mean scores
-gets a paired bootstrap interval per benchmark and over all problems (:mod:`codea1.core.bootstrap`).
-Used by ``codea1 eval compare`` and by the report's evaluation table.
+Each side is the per-problem records of ``codea1 eval code`` (``{"id", "source", "correct": [...]}``)
+or of ``codea1 eval tests`` (``{"id", "source", "k", "valid", "killed", "mutants", "equivalent",
+...}``). A problem's score is one of :data:`METRICS`, and the difference of the mean scores gets a
+paired bootstrap interval and a sign-flip p-value per benchmark and over all problems
+(:mod:`codea1.core.bootstrap`). Used by ``codea1 eval compare`` and by the report's evaluation table.
 
 Pure: no I/O (callers read the files).
 """
@@ -15,16 +16,51 @@ from typing import Any
 
 from codea1.core.bootstrap import PairedDelta, paired_bootstrap
 
+METRICS = {
+    "pass": "code records: the fraction of a problem's samples that are correct (avg@n)",
+    "valid": "test records: valid tests / k requested (a test not written counts as not valid: pass@k)",
+    "killed": "test records: mutants killed / live mutants (problems without live mutants are left out)",
+}
+"""The per-problem scores :func:`problem_scores` computes."""
 
-def problem_scores(records: Sequence[Mapping[str, Any]], label: str) -> dict[str, tuple[str, float]]:
-    """``id -> (source, fraction of correct samples)``; raises ``ValueError`` on malformed records."""
+
+def problem_scores(
+    records: Sequence[Mapping[str, Any]], label: str, metric: str = "pass"
+) -> dict[str, tuple[str, float]]:
+    """``id -> (source, score)`` for one of :data:`METRICS`; ``ValueError`` on malformed records."""
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r} (one of {', '.join(METRICS)})")
     out: dict[str, tuple[str, float]] = {}
     for i, r in enumerate(records):
-        correct = r.get("correct")
-        if "id" not in r or not isinstance(correct, list) or not correct:
-            raise ValueError(f"{label}: record {i} lacks an id or a non-empty 'correct' list")
-        out[str(r["id"])] = (str(r.get("source") or "unknown"), sum(bool(c) for c in correct) / len(correct))
+        if "id" not in r:
+            raise ValueError(f"{label}: record {i} lacks an id")
+        score = _score(r, metric)
+        if isinstance(score, str):
+            raise ValueError(f"{label}: record {i} ({r['id']}) {score}")
+        if score is not None:
+            out[str(r["id"])] = (str(r.get("source") or "unknown"), score)
     return out
+
+
+def _score(r: Mapping[str, Any], metric: str) -> float | str | None:
+    """One record's score, ``None`` when the metric does not apply to it, or why it cannot be read."""
+    if metric == "pass":
+        correct = r.get("correct")
+        if not isinstance(correct, list) or not correct:
+            return "lacks a non-empty 'correct' list (for `eval tests` results use --metric valid or killed)"
+        return sum(bool(c) for c in correct) / len(correct)
+    numbers = {key: r.get(key) for key in ("k", "valid", "killed", "mutants", "equivalent")}
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in numbers.values()):
+        return "lacks the counts k, valid, killed, mutants, equivalent (an `eval tests` record?)"
+    if metric == "valid":
+        return min(numbers["valid"], numbers["k"]) / numbers["k"] if numbers["k"] else 0.0
+    live = numbers["mutants"] - numbers["equivalent"]
+    return numbers["killed"] / live if live > 0 else None
+
+
+def restrict(records: Sequence[Mapping[str, Any]], ids: set[str]) -> list[Mapping[str, Any]]:
+    """The records whose problem id is in ``ids`` (``eval compare --problems``)."""
+    return [r for r in records if str(r.get("id")) in ids]
 
 
 def compare_records(
@@ -34,14 +70,15 @@ def compare_records(
     resamples: int = 10_000,
     confidence: float = 0.95,
     seed: int = 0,
+    metric: str = "pass",
 ) -> dict[str, PairedDelta]:
     """Paired deltas per benchmark (the records' ``source``), plus ``all`` when there are several.
 
     Both sides must cover exactly the same problem ids; otherwise ``ValueError`` names how many
     are missing on each side (comparing different problem sets would not be paired).
     """
-    b = problem_scores(before, "before")
-    a = problem_scores(after, "after")
+    b = problem_scores(before, "before", metric)
+    a = problem_scores(after, "after", metric)
     only_b, only_a = sorted(set(b) - set(a)), sorted(set(a) - set(b))
     if only_b or only_a:
         example = (only_b or only_a)[0]
@@ -50,6 +87,8 @@ def compare_records(
             f"{len(only_a)} only after (e.g. {example}); evaluate both on the same data"
         )
     ids = sorted(b)
+    if not ids:
+        raise ValueError(f"no problem has a {metric!r} score on both sides")
     groups: dict[str, list[str]] = {}
     for pid in ids:
         groups.setdefault(b[pid][0], []).append(pid)
@@ -79,6 +118,7 @@ def delta_table(deltas: Mapping[str, PairedDelta]) -> dict[str, dict[str, float]
             f"ci{level}_low": 100 * d.ci_low,
             f"ci{level}_high": 100 * d.ci_high,
             "p_not_better": d.p_not_better,
+            "p_sign_flip": d.p_sign_flip,
             "improved": d.improved,
             "worsened": d.worsened,
             "problems": d.problems,

@@ -1,4 +1,5 @@
-"""The PPO-clip policy loss of method §8, engine-agnostic (matches ``codea1.engine.base.LossFn``).
+"""The PPO-clip policy loss (docs/algorithm.md item 18), engine-agnostic (matches
+``codea1.engine.base.LossFn``).
 
 Per token t of response i, with ratio ρ = exp(logp − old_logp) and advantage A_i:
 
@@ -31,6 +32,7 @@ from typing import Literal
 import torch
 
 Aggregation = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"]
+Weighting = Literal["tokens", "sequences"]
 KL_CLAMP = 10.0
 """Bound of the per-token k3 KL (verl ``low_var_kl``)."""
 LOG_RATIO_CLAMP = 20.0
@@ -77,6 +79,13 @@ class LossNormalizer:
         if mode in ("seq-mean-token-sum", "seq-mean-token-mean"):
             return float(max(self.sequences, 1))
         raise ValueError(f"unknown aggregation {mode!r}")
+
+
+def stats_weighting(mode: str) -> Weighting:
+    """How the per-token mean stats of the slices of a mini-batch (micro-batches, ranks) are merged:
+    weighted by each slice's response tokens under ``token-mean``, by its responses under the
+    seq-mean modes, so a merged stat is what one pass over the whole mini-batch would report."""
+    return "tokens" if mode == "token-mean" else "sequences"
 
 
 def aggregate(

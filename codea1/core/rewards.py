@@ -1,4 +1,5 @@
-"""Code and test rewards of method §6, computed from plain pass/fail data (no I/O, no models).
+"""Code and test rewards (docs/algorithm.md, items 4–11), computed from plain pass/fail data (no I/O,
+no models).
 
 Inputs are per code (:class:`CodeOutcome`): whether the code loaded, its results on the problem's
 history tests, and for each suite written for it (:class:`SuiteOutcome`) its results on that suite's
@@ -6,7 +7,7 @@ usable tests V_k (generation order) plus the counts of what made the suite lose 
 
 Two implementations return identical :class:`CodeRewards` values: :func:`rewards_reference` (one
 readable loop per suite, the specification) and :func:`rewards` (numpy, vectorised over every suite
-of a batch; the one callers use). Everything is computed in float64, never bf16 (bug §13.9).
+of a batch; the one callers use). Everything is computed in float64, never bf16 (docs/algorithm.md bug R9).
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ def _check(alpha: float, n_norm: int) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# Reference implementation: one loop per suite, written to be read next to method §6
+# Reference implementation: one loop per suite, written to be read next to docs/algorithm.md items 9–10
 # --------------------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""Which Test-LLM groups are trained on (method §2 step 8, "TOPVAR").
+"""Which Test-LLM groups are trained on (docs/algorithm.md, step 8 and item 16, "TOPVAR").
 
 A Test-LLM group is the set of suites written for one code. For each problem we keep the
 ``update_n`` codes whose suite rewards have the largest spread (population standard deviation,

@@ -7,13 +7,14 @@
   prose that starts at column 0; an answer whose only fences are empty (code written without its
   opening fence, then a stray closing one) counts as unfenced. Failures carry a reason: ``no code``, ``syntax error: ...``,
   ``no block defines <entry_point>`` (fenced) or ``entry point not defined`` (unfenced). Unlike the
-  reference (method §13.5), plain and ```py fences are not passed through with their prose.
+  reference (docs/algorithm.md, bug R5), plain and ```py fences are not passed through with their prose.
 * :func:`extract_tests`: the Test LLM's ``assert CALL == EXPR`` lines, from every Python block (or,
   without blocks, from raw lines starting with ``assert``), multi-line and inside ``def test_...``
   bodies, with simple ``name = expr`` assignments substituted into bare-name call arguments (and a
   bare-name expected value). Every assert that cannot become a test is counted with a reason; an
-  operator other than a single ``==`` is rejected, never rewritten (method §13.6).
-* :func:`nonprintable_ratio`: the share of characters outside ``string.printable`` (method §3.3).
+  operator other than a single ``==`` is rejected, never rewritten (docs/algorithm.md, bug R6).
+* :func:`nonprintable_ratio`: the share of characters outside ``string.printable`` (ρ of
+  docs/algorithm.md item 10).
 """
 
 from __future__ import annotations

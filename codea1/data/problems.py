@@ -25,6 +25,7 @@ from codea1.data.rows import (
     syntax_reason,
 )
 from codea1.data.sources import read_spec
+from codea1.data.text import text_issues
 from codea1.types import Problem
 
 __all__ = [
@@ -72,8 +73,11 @@ class ValidationReport:
 
 
 def check_problem(p: Problem) -> list[tuple[str, str]]:
-    """``(field, reason)`` for every check ``p`` fails (no code is executed)."""
-    issues: list[tuple[str, str]] = []
+    """``(field, reason)`` for every check ``p`` fails (no code is executed). A field that is not
+    text (a lone surrogate) is the only issue reported: the other checks need text."""
+    issues: list[tuple[str, str]] = text_issues(p)
+    if issues:
+        return issues
     if not isinstance(p.id, str) or not p.id.strip():
         issues.append(("id", "missing"))
     if not isinstance(p.question, str) or not p.question.strip():

@@ -1,4 +1,4 @@
-"""Chat prompts for the two roles (method §3.1, §3.2) and their rendering with a tokenizer.
+"""Chat prompts for the two roles (docs/algorithm.md, steps 2 and 4) and their rendering with a tokenizer.
 
 The wording lives in plain-text templates under ``codea1/data/templates/``; placeholders are
 ``{question}``, ``{code}``, ``{entry_point}`` and ``{n_tests}``. Only those four names are replaced,

@@ -10,7 +10,6 @@ Concrete engines (``hf_local``, ``vllm_local``, ``scripted``) are leaves built b
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,13 +70,6 @@ class TrainBatch:
 
     def __len__(self) -> int:
         return len(self.completion_ids)
-
-
-def request_seed(seed: int, prompt_index: int, sample_index: int) -> int:
-    """The seed of one sample: a hash of the call's seed (the trainer's is run seed, step and role),
-    the prompt's index and the sample's index, so a sample does not depend on how calls are batched."""
-    digest = hashlib.blake2b(f"{seed}:{prompt_index}:{sample_index}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") >> 1  # non-negative, below 2**63
 
 
 LossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]

@@ -74,9 +74,8 @@ def build(cfg: RunConfig, problems: Sequence[Problem] = (), *, rollout: str | No
         roles = build_roles(
             cfg.engine, per_update(cfg.coder.optim), per_update(cfg.tester.optim), optimizer_steps(cfg),
             temperature_coder=cfg.coder.sampling.temperature,
-            temperature_tester=cfg.tester.sampling.temperature, shared=shared,
-            keep_reference=cfg.loss.kl_coef > 0, aggregation=cfg.loss.aggregation,
-            entropy=cfg.loss.entropy_coef > 0, batch_size=cfg.coder.sampling.batch_size,
+            temperature_tester=cfg.tester.sampling.temperature, shared=shared, loss=cfg.loss,
+            batch_size=cfg.coder.sampling.batch_size,
             # with vLLM sampling, the transformers side needs no merged rollout copy
             rollout="unmerged" if sampler == "vllm" else "merged", seed=cfg.train.seed,
         )  # fmt: skip

@@ -5,17 +5,17 @@ the problem's golden asserts, sometimes one with a wrong expected value. Determi
 (prompt, sample, seed), so a CPU dry run of the whole loop takes seconds. A FAKE for tests and dry
 runs: it says nothing about model quality.
 
-Imports: types, engine.scripted.
+Imports: types, core.seeds, engine.scripted.
 """
 
 from __future__ import annotations
 
-import random
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from codea1.core.seeds import learner_seed, script_rng
 from codea1.engine.scripted import ScriptedLearner, ScriptedPolicy
 from codea1.types import Problem
 
@@ -29,10 +29,6 @@ def _problem_of(prompt: str, problems: Sequence[Problem]) -> Problem | None:
     return max(found, key=lambda p: len(p.question)) if found else None
 
 
-def _rng(kind: str, prompt: str, sample: int, seed: int | None) -> random.Random:
-    return random.Random(f"{kind}|{seed}|{sample}|{prompt}")
-
-
 def scripted_script(problems: Sequence[Problem]) -> tuple[Responder, Responder]:
     """The built-in script of ``--engine scripted``: deterministic given (prompt, sample, seed).
 
@@ -42,7 +38,7 @@ def scripted_script(problems: Sequence[Problem]) -> tuple[Responder, Responder]:
     """
 
     def coder(prompt: str, sample: int, seed: int | None) -> str:
-        p, r = _problem_of(prompt, problems), _rng("coder", prompt, sample, seed).random()
+        p, r = _problem_of(prompt, problems), script_rng("coder", seed, sample, prompt).random()
         if p is None or r >= 0.85:
             return "I am not sure how to solve this one."
         code = p.reference.rstrip()
@@ -51,7 +47,7 @@ def scripted_script(problems: Sequence[Problem]) -> tuple[Responder, Responder]:
         return f"Here is my solution.\n```python\n{code}\n```"
 
     def tester(prompt: str, sample: int, seed: int | None) -> str:
-        p, rng = _problem_of(prompt, problems), _rng("tester", prompt, sample, seed)
+        p, rng = _problem_of(prompt, problems), script_rng("tester", seed, sample, prompt)
         asserts = [line.strip() for t in (p.golden_tests if p else ()) for line in t.splitlines()]
         asserts = [a for a in asserts if a.startswith("assert ") and "==" in a]
         if not asserts:
@@ -78,10 +74,10 @@ def scripted_roles(problems: Sequence[Problem], *, seed: int = 0, shared: bool =
     """``--engine scripted``: :class:`~codea1.engine.scripted.ScriptedPolicy` per role driven by
     :func:`scripted_script`, and :class:`~codea1.engine.scripted.ScriptedLearner` (one when shared)."""
     coder, tester = scripted_script(problems)
-    coder_learner = ScriptedLearner(seed=seed)
+    coder_learner = ScriptedLearner(seed=learner_seed(seed, "coder"))
     return ScriptedRoles(
         ScriptedPolicy(lambda prompt, j: coder(prompt, j, seed)),
         coder_learner,
         ScriptedPolicy(lambda prompt, j: tester(prompt, j, seed)),
-        coder_learner if shared else ScriptedLearner(seed=seed + 1),
+        coder_learner if shared else ScriptedLearner(seed=learner_seed(seed, "tester")),
     )

@@ -1,5 +1,5 @@
-"""BigCodeBench adapter (§9.2 of the method): our policy writes the samples, the ``bigcodebench``
-package scores them.
+"""BigCodeBench adapter (the paper's protocol: docs/algorithm.md, "The paper's configuration"): our
+policy writes the samples, the ``bigcodebench`` package scores them.
 
 Needs the optional ``bigcodebench`` package (``pip install bigcodebench``) and its data (downloaded
 from the Hugging Face hub on first use), plus the package's heavy execution environment. The paper's

@@ -194,7 +194,7 @@ def reference_budgets(
 
 
 def _sandbox(options: RunOptions) -> Any:
-    from codea1.sandbox.pool import Sandbox  # imported when needed: it brings the worker machinery
+    from codea1.sandbox.local import Sandbox  # imported when needed: it brings the worker machinery
 
     return Sandbox(SandboxConfig(workers=options.workers, memory_mb=options.memory_mb))
 

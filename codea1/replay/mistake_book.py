@@ -1,4 +1,5 @@
-"""The Mistake Book (method §7): generated tests that broke valid code, replayed on later steps.
+"""The Mistake Book (docs/algorithm.md, items 19–23): generated tests that broke valid code, replayed
+on later steps.
 
 Semantics follow the reference: a failure by a valid code adds 1 to the test's frequency (new
 entries start there), a pass of a replayed test by a valid code subtracts 1, an entry is removed at
@@ -10,7 +11,7 @@ Added here (the reference lacks them): a per-problem capacity with eviction (low
 oldest); provenance per entry (step added, last step it broke code, how many code runs it broke,
 how many replays it lost); storage of tests as data, ``TestCase(call, predicted)`` plus the oracle
 status, where both parts must ``ast.parse`` as expressions (a replayed test is run through the grid
-again, so the reference re-validates it; no raw ``repr`` is ever pasted into a program, bug §13.2);
+again, so the reference re-validates it; no raw ``repr`` is ever pasted into a program, bug R2);
 SQLite storage with one transaction per step (a crash mid-step leaves the previous step intact) and
 a ``meta`` table holding the last committed step; JSONL export; an off switch for the ablation.
 
@@ -36,7 +37,7 @@ import urllib.request
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
 from codea1.types import TestCase
 
@@ -404,21 +405,27 @@ class MistakeBook:
         ).fetchall()
         return [(str(p), int(n), int(f)) for p, n, f in rows]
 
-    def export_jsonl(self, path: str | os.PathLike[str]) -> int:
-        """Write every entry as one JSON line (atomically: temp file, then rename); returns the count."""
+    def write_jsonl(self, stream: TextIO) -> int:
+        """Write every entry to ``stream`` as one JSON line; returns the count."""
         entries = self.entries()
+        for e in entries:
+            stream.write(json.dumps(e.to_dict(), ensure_ascii=False) + "\n")
+        return len(entries)
+
+    def export_jsonl(self, path: str | os.PathLike[str]) -> int:
+        """Write every entry as one JSON line (atomically: temp file, then rename); returns the count.
+        (``codea1 mistakes export`` writes through the CLI's output helper instead.)"""
         target = Path(path)
         tmp = target.with_name(target.name + ".tmp")
         try:
             with open(tmp, "w", encoding="utf-8") as f:
-                for e in entries:
-                    f.write(json.dumps(e.to_dict(), ensure_ascii=False) + "\n")
+                n = self.write_jsonl(f)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, target)
         finally:
             tmp.unlink(missing_ok=True)
-        return len(entries)
+        return n
 
     # ---- writing -----------------------------------------------------------------------------------
 

@@ -136,7 +136,7 @@ FIGURES: tuple[FigureSpec, ...] = (
         about="Size of the Mistake Book; tests added (first failure by a valid code), removed (frequency "
         "back to 0 after passes) and evicted (capacity) per step; frequency changes of stored tests; and "
         "how many stored tests were replayed. Expect growth early, removals once history tests come back, "
-        "and fewer additions as the coder improves (method §11.6).",
+        "and fewer additions as the coder improves (the paper's curves, in docs/algorithm.md).",
     ),
     FigureSpec(
         name="invalid_tests",

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from codea1.sandbox.value_codec import END_FRAME, RESULT_VALUE, TEST_RECORD, encode, frame
+from codea1.sandbox.worker.value_codec import END_FRAME, RESULT_VALUE, TEST_RECORD, encode, frame
 from codea1.types import CheckJob, ExecGrid, GridJob, TestCase, Verdict
 
 REF = "def f(x):\n    return x + 1\n"

@@ -11,7 +11,7 @@ once per input, in order, and stops at the first failing assertion::
 
 For a harness of exactly this shape (the candidate's name used nowhere else in ``check``), the
 calls it makes are a prefix of ``inputs``, in order, so the harness process may send the next
-requests before the harness asks (:class:`~codea1.sandbox.harness.CandidateProxy`): the call server
+requests before the harness asks (:class:`~codea1.sandbox.worker.harness.CandidateProxy`): the call server
 computes them back to back instead of waking once per call. Verdicts are unchanged: the answers are
 those of the same calls in the same order, and answers computed past a failing assertion are never
 read. Any other harness is called one request at a time. Runs on the trusted side (parent).
@@ -22,7 +22,7 @@ from __future__ import annotations
 import ast
 import functools
 
-from codea1.sandbox.value_codec import CodecError, encode
+from codea1.sandbox.worker.value_codec import CodecError, encode
 
 
 def _check_function(tree: ast.Module) -> ast.FunctionDef | None:

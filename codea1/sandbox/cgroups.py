@@ -11,7 +11,7 @@ import os
 import time
 from pathlib import Path
 
-from codea1.sandbox.isolation import ACTIVE, unavailable
+from codea1.sandbox.worker.isolation import ACTIVE, unavailable
 
 # --------------------------------------------------------------------------------------------------
 

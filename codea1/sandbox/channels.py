@@ -6,7 +6,7 @@ docs/sandbox.md ("Layers") says how. ``isolation: strict`` refuses to start with
 
 from __future__ import annotations
 
-from codea1.sandbox.isolation import ACTIVE
+from codea1.sandbox.worker.isolation import ACTIVE
 
 CHANNELS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("pathname UNIX sockets (docker.sock, Ray's raylet, ssh-agent, journald)", ("seccomp", "minimal_root")),

@@ -1,6 +1,6 @@
 """CheckJob → Verdict: run an evalplus-style harness's ``check(candidate)`` against one program.
 
-The harness runs in its own process (H, :mod:`codea1.sandbox.harness`) with a proxy for the
+The harness runs in its own process (H, :mod:`codea1.sandbox.worker.harness`) with a proxy for the
 candidate; the candidate's definitions run in the program process, whose call server answers each
 call with the returned value in the typed encoding. The verdict is what the harness decided in H:
 candidate code never runs where the harness compares, asserts or reports.

@@ -2,7 +2,7 @@
 
 One long-lived Ray actor per alive node with CPUs, pinned to it (node affinity, ``num_cpus=0``: it
 takes no CPU from the learners and replicas, its workers use the node's cores as the local pool
-does). Each actor holds local :class:`~codea1.sandbox.pool.Sandbox` pools ("lanes") of at most
+does). Each actor holds local :class:`~codea1.sandbox.local.Sandbox` pools ("lanes") of at most
 ``batch`` workers each, together as many workers as the node has CPUs (or ``sandbox.workers``),
 and runs one batch per lane at a time. The driver cuts the tasks, longest first, into batches of
 ``batch`` tasks and keeps ``IN_FLIGHT_PER_LANE`` batches per lane queued at each actor, handing a
@@ -71,7 +71,7 @@ class _NodeSandbox:
     """
 
     def __init__(self, config: SandboxConfig, lanes: list[int]) -> None:
-        from codea1.sandbox.pool import Sandbox
+        from codea1.sandbox.local import Sandbox
 
         self._lanes: list[Sandbox] = []
         self._free: queue.SimpleQueue[Sandbox] = queue.SimpleQueue()

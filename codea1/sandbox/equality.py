@@ -1,4 +1,4 @@
-"""Trusted-side, type-aware equality of decoded values (decisions §3).
+"""Trusted-side, type-aware equality of decoded values (docs/algorithm.md, deviation D3).
 
 Rules: ``bool`` never equals a number (``True != 1``); ``int`` and ``float`` compare numerically, a
 float with ``math.isclose(rel_tol, abs_tol)`` and ``nan == nan``; ``complex`` likewise; ``str`` and
@@ -10,7 +10,7 @@ values are equal by these rules (a :class:`CycleRef` equals a reference to the s
 level); an :class:`Opaque` value (no inspectable state) equals only another opaque value with the
 same type name and repr, and the grid does not count a test whose oracle value holds one
 (:func:`contains_opaque`). Nothing here calls a method of an untrusted object: every value was
-produced by :func:`codea1.sandbox.value_codec.decode`.
+produced by :func:`codea1.sandbox.worker.value_codec.decode`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import cmath
 import math
 from typing import Any
 
-from codea1.sandbox.value_codec import CycleRef, ObjectState, Opaque
+from codea1.sandbox.worker.value_codec import CycleRef, ObjectState, Opaque
 
 _SET_MATCH_LIMIT = 512
 """Largest set compared element-by-element with tolerance when exact matching fails."""

@@ -3,7 +3,7 @@
 A :class:`TaskExecutor` runs :class:`~codea1.sandbox.tasks.ProgramTask` lists (``run_tasks``); the
 planning of a grid's tasks and the judging of their outcomes (:mod:`codea1.sandbox.grid`,
 :mod:`codea1.sandbox.checks`) happen here, in the calling process, whatever runs the tasks: the
-local process pool (:class:`~codea1.sandbox.pool.Sandbox`) or the node actors of a Ray cluster
+local process pool (:class:`~codea1.sandbox.local.Sandbox`) or the node actors of a Ray cluster
 (:class:`~codea1.sandbox.cluster.ClusterSandbox`).
 """
 

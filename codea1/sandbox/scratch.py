@@ -1,6 +1,6 @@
 """Scratch roots of sandbox pools: named after their owner process, removed once the owner is gone.
 
-Each :class:`~codea1.sandbox.pool.Sandbox` keeps its workers' scratch directories under one root in
+Each :class:`~codea1.sandbox.local.Sandbox` keeps its workers' scratch directories under one root in
 the temporary directory. A pool removes its root when it closes; a pool that was killed (``kill
 -9``) cannot, so every start first removes the roots whose owner process no longer runs.
 """

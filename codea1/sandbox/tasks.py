@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from codea1.config import SandboxConfig
-from codea1.sandbox.value_codec import (
+from codea1.sandbox.worker.value_codec import (
     RESULT_RAISE,
     RESULT_UNENCODABLE,
     RESULT_VALUE,

@@ -128,3 +128,15 @@ def test_ray_presets_are_the_paper_presets_on_a_cluster(size: str) -> None:
     kept = {k: v for k, v in _flat(ray.to_dict()).items() if not k.startswith("cluster.")}
     differ = {k for k, v in kept.items() if not k.endswith(".micro_batch_size") and base[k] != v}
     assert differ == RAY_ONLY_KEYS
+
+
+def test_derived_engine_and_loss_facts_have_one_home() -> None:
+    cfg = config_from_dict({"engine": {"coder_model": "a", "lora_r": 8, "lora_alpha": 32}})
+    assert cfg.engine.lora_scale == 4.0
+    assert (cfg.engine.role_model("coder"), cfg.engine.role_model("tester")) == ("a", "a")
+    cfg.engine.tester_model = "b"
+    assert (cfg.engine.role_model("coder"), cfg.engine.role_model("tester")) == ("a", "b")
+    assert cfg.loss.keeps_reference and not cfg.loss.needs_entropy  # kl 0.001, entropy 0 by default
+    cfg.loss.kl_coef, cfg.loss.entropy_coef = 0.0, 0.01
+    assert not cfg.loss.keeps_reference and cfg.loss.needs_entropy
+    assert "lora_scale" not in cfg.to_dict()["engine"] and "keeps_reference" not in cfg.to_dict()["loss"]

@@ -1,4 +1,4 @@
-"""GRPO group normalisation (method §2 step 11)."""
+"""GRPO group normalisation (docs/algorithm.md item 17)."""
 
 from __future__ import annotations
 
@@ -59,7 +59,8 @@ def test_empty_and_mismatched():
 
 
 def test_rewards_a_thousandth_apart_get_distinct_advantages():
-    # Reference bug §13.9: rewards were stored in bf16 before the GRPO normalisation; 0.999 and 1.0
+    # Reference bug R9 (docs/algorithm.md):
+    # rewards were stored in bf16 before the GRPO normalisation; 0.999 and 1.0
     # both round to 1.0 there, so this group looked flat and carried no signal.
     rewards = [0.999, 1.0, 0.999, 1.0]
     adv, stats = group_advantages(rewards, ["g"] * 4)

@@ -56,3 +56,17 @@ def test_interval_width_matches_normal_theory_on_a_large_sample() -> None:
 def test_bad_inputs_are_refused_with_a_reason(before, after, kwargs, match) -> None:
     with pytest.raises(ValueError, match=match):
         paired_bootstrap(before, after, **kwargs)
+
+
+def test_sign_flip_p_is_exact_for_few_problems_and_a_fair_estimate_for_many() -> None:
+    from codea1.core.bootstrap import sign_flip_p
+
+    assert sign_flip_p([0.5, 0.5, 0.5]) == pytest.approx(1 / 8)  # only the identity is as large
+    assert sign_flip_p([0.0, 0.0]) == 1.0  # no change: every pattern ties
+    assert sign_flip_p([1.0, -1.0]) == pytest.approx(3 / 4)
+    mixed = [0.3, -0.1, 0.2, 0.0, 0.4, -0.2, 0.1, 0.25, 0.05, 0.15, -0.05, 0.3, 0.2, 0.1, 0.0, 0.35, 0.1, -0.1]  # fmt: skip
+    exact = sign_flip_p(mixed[:16])
+    assert 0.0 < exact < 0.05
+    assert sign_flip_p(mixed + mixed[:6], draws=50_000) < 0.01  # 24 problems: random patterns
+    with pytest.raises(ValueError):
+        sign_flip_p([])

@@ -1,4 +1,4 @@
-"""PPO-clip loss with dual clip, k3 KL, entropy and aggregation modes (method §8)."""
+"""PPO-clip loss with dual clip, k3 KL, entropy and aggregation modes (docs/algorithm.md item 18)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from codea1.core.losses import ADDITIVE_STATS, LossNormalizer, aggregate, k3_kl, policy_loss
+from codea1.core.losses import ADDITIVE_STATS, LossNormalizer, aggregate, k3_kl, policy_loss, stats_weighting
 
 
 def one_token(ratio: float, adv: float, **kw):
@@ -194,3 +194,8 @@ def test_slices_with_the_global_normalizer_add_up_to_the_whole_batch(mode, cuts)
     assert torch.allclose(sliced_lp.grad, whole_lp.grad, atol=1e-7, rtol=0)
     for k in ADDITIVE_STATS:
         assert stats_sum[k] == pytest.approx(whole_stats[k], abs=1e-6)
+
+
+def test_slices_stats_are_weighted_by_tokens_only_under_token_mean() -> None:
+    assert stats_weighting("token-mean") == "tokens"
+    assert stats_weighting("seq-mean-token-sum") == stats_weighting("seq-mean-token-mean") == "sequences"

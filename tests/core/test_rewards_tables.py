@@ -1,4 +1,5 @@
-"""Hand-computed rewards for every branch of method §6 (α = 0.5, N = 8 unless stated)."""
+"""Hand-computed rewards for every branch of docs/algorithm.md items 9–10 (α = 0.5, N = 8 unless
+stated)."""
 
 from __future__ import annotations
 
@@ -136,7 +137,8 @@ def test_no_suites_falls_back_to_history(impl):
 
 
 def test_rewards_are_not_rounded_to_bf16():
-    # §13.9: 999/1000 and 1000/1000 differ by 1e-3, invisible in bf16 (8 bits of mantissa).
+    # Reference bug R9 (docs/algorithm.md):
+    # 999/1000 and 1000/1000 differ by 1e-3, invisible in bf16 (8 bits of mantissa).
     a = rewards([CodeOutcome(True, (), (SuiteOutcome((T,) * 999 + (F,)),))])[0].reward
     b = rewards([CodeOutcome(True, (), (SuiteOutcome((T,) * 1000),))])[0].reward
     assert a == 0.999 and b == 1.0 and isinstance(a, float)

@@ -1,4 +1,4 @@
-"""Top-spread selection of Test-LLM groups (method §2 step 8)."""
+"""Top-spread selection of Test-LLM groups (docs/algorithm.md item 16)."""
 
 from __future__ import annotations
 

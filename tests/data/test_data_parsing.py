@@ -12,8 +12,8 @@ ADD = "def add(a, b):\n    return a + b"
 # (name, response, entry point, expected code or None, expected reason ("" when code is found))
 CODE_CASES = [
     ("python fence", f"{F}python\n{ADD}\n{F}", "add", ADD, ""),
-    ("py fence (reference bug 13.5)", f"Here you go:\n{F}py\n{ADD}\n{F}\nDone.", "add", ADD, ""),
-    ("plain fence (reference bug 13.5)", f"Sure!\n{F}\n{ADD}\n{F}", "add", ADD, ""),
+    ("py fence (reference bug R5)", f"Here you go:\n{F}py\n{ADD}\n{F}\nDone.", "add", ADD, ""),
+    ("plain fence (reference bug R5)", f"Sure!\n{F}\n{ADD}\n{F}", "add", ADD, ""),
     ("Python3 info string", f"{F}Python3\n{ADD}\n{F}", "add", ADD, ""),
     (
         "prose around the block",
@@ -155,7 +155,7 @@ def test_extract_code_table(response: str, entry_point: str, code: str | None, r
     assert got.ok is (code is not None)
 
 
-def test_reference_bug_13_5_plain_and_py_fences_yield_runnable_code() -> None:
+def test_reference_bug_r5_plain_and_py_fences_yield_runnable_code() -> None:
     """The reference passes such responses through whole (prose and fences) and gets a SyntaxError."""
     for fence in ("```", "```py"):
         response = f"Here is my answer.\n{fence}\n{ADD}\n```\nHope it helps!"
@@ -167,7 +167,7 @@ def test_reference_bug_13_5_plain_and_py_fences_yield_runnable_code() -> None:
 TEST_CASES = [
     ("one block", f"{F}python\nassert f(1) == 2\nassert f(2) == 4\n{F}", [("f(1)", "2"), ("f(2)", "4")], []),
     ("assert with message", f"{F}python\nassert f(1) == 2, 'doubling'\n{F}", [("f(1)", "2")], []),
-    ("operator != rejected (reference bug 13.6)", f"{F}python\nassert f(1) != 3\n{F}", [], ["operator"]),
+    ("operator != rejected (reference bug R6)", f"{F}python\nassert f(1) != 3\n{F}", [], ["operator"]),
     (
         "operators < in is rejected",
         f"{F}python\nassert f(1) < 3\nassert 2 in f(1)\nassert f(1) is None\nassert f(0) >= 0\n{F}",
@@ -329,7 +329,7 @@ def test_extract_tests_table(response: str, tests: list[tuple[str, str]], reason
     assert [r.reason for r in got.rejected] == reasons
 
 
-def test_reference_bug_13_6_operator_is_not_rewritten() -> None:
+def test_reference_bug_r6_operator_is_not_rewritten() -> None:
     """The reference turns `assert f(x) != y` into `assert f(x) == y`; we reject it and say why."""
     got = extract_tests(f"{F}python\nassert f(1) != 5\nassert f(2) < 9\n{F}", "f")
     assert got.tests == ()

@@ -167,7 +167,7 @@ def greedy_equal(roles, prompts) -> bool:
 def test_seeded_prompts_beyond_one_scheduling_step_do_not_kill_the_cpu_engine():
     """16 seeded prompts of ~400 tokens exceed vLLM's 4096-token step: with chunked prefill the
     split prompt's generator was rewound with ``set_offset`` and the CPU engine died ("CPU
-    Generator does not use offset"); the CPU engine now never splits a prompt."""
+    Generator does not use offset"); the CPU engine's step budget now holds every running sequence whole."""
     roles = _build("engine.mode=separate", "coder.sampling.max_prompt_tokens=1024")
     policy = roles.coder_policy
     words = " ".join(f"w{i}" for i in range(160))

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from codea1.config import EngineConfig
-from codea1.engine.base import push_weights, request_seed
-from codea1.engine.hf_local.roles import lora_scale, with_adapters
+from codea1.engine.base import push_weights
+from codea1.engine.hf_local.roles import with_adapters
 from codea1.engine.hf_local.weights import MergedAdapterRollout, ModuleRollout, copy_into
 from codea1.engine.lora import base_weights, lora_deltas, merged_weights, plain_name
 
@@ -92,7 +92,7 @@ def test_merged_weights_equal_pefts_own_merge():
     assert plain_name("base_model.model.model.layers.1.mlp.down_proj.base_layer.weight") == (
         "model.layers.1.mlp.down_proj.weight"
     )
-    merged = merged_weights(base, _adapter_tensors(peft_model, "coder"), "coder", lora_scale(cfg))
+    merged = merged_weights(base, _adapter_tensors(peft_model, "coder"), "coder", cfg.lora_scale)
     assert len(merged) == 2 * 3
     peft_model.set_adapter("coder")
     reference = copy.deepcopy(peft_model).merge_and_unload()
@@ -105,7 +105,7 @@ def test_merged_weights_equal_pefts_own_merge():
 def test_pushing_one_adapter_leaves_the_other_role_untouched():
     cfg, peft_model = _adapted()
     plain = tiny_llama()  # a plain model with the same (seeded) base weights
-    rollout = MergedAdapterRollout(plain, base_weights(peft_model), lora_scale(cfg))
+    rollout = MergedAdapterRollout(plain, base_weights(peft_model), cfg.lora_scale)
     base_logits = _logits(rollout.model_for("tester"))
 
     def expected(role):
@@ -125,12 +125,6 @@ def test_pushing_one_adapter_leaves_the_other_role_untouched():
             p.add_(0.1)
     rollout.model_for("tester")
     assert torch.equal(_logits(rollout.model_for("coder")), coder_now)
-
-
-def test_request_seeds_depend_on_seed_prompt_and_sample_only():
-    seeds = {request_seed(s, i, j) for s in (0, 1) for i in range(3) for j in range(3)}
-    assert len(seeds) == 18 and all(0 <= x < 2**63 for x in seeds)
-    assert request_seed(5, 2, 1) == request_seed(5, 2, 1)
 
 
 def test_the_vllm_kv_cache_is_sized_from_the_config_not_from_ram():

@@ -63,7 +63,7 @@ def test_shared_namespace_breaks_mbpp56_and_separate_namespaces_do_not():
 
 def test_fixed_harnesses_pass_on_their_references_in_the_sandbox():
     from codea1.config import SandboxConfig
-    from codea1.sandbox.pool import Sandbox
+    from codea1.sandbox.local import Sandbox
     from codea1.types import CheckJob
 
     problems = _shared_problems({"HumanEval/32", "MBPP/56"})

@@ -86,3 +86,45 @@ def test_cli_compare_errors_are_clear(tmp_path, capsys) -> None:
     assert "without a 'results' file" in capsys.readouterr().err
     assert main(["eval", "compare", str(tmp_path / "missing.jsonl"), str(bare)]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def _tests_rec(pid: str, valid: int, killed: int, mutants: int = 4, equivalent: int = 0) -> dict:
+    return {"id": pid, "source": "S", "k": 4, "valid": valid, "killed": killed, "mutants": mutants,
+            "equivalent": equivalent, "tests": []}  # fmt: skip
+
+
+def test_tests_records_compare_by_validity_per_requested_test_and_by_killed_mutants() -> None:
+    before = [_tests_rec("a", 1, 0), _tests_rec("b", 0, 0), _tests_rec("c", 2, 1, mutants=2, equivalent=2)]
+    after = [_tests_rec("a", 4, 2), _tests_rec("b", 2, 1), _tests_rec("c", 6, 2, mutants=2, equivalent=2)]
+    valid = compare_records(before, after, resamples=200, metric="valid")["S"]
+    assert valid.before == pytest.approx((0.25 + 0 + 0.5) / 3) and valid.after == pytest.approx(
+        (1 + 0.5 + 1) / 3
+    )
+    killed = compare_records(before, after, resamples=200, metric="killed")["S"]
+    assert killed.problems == 2  # c has no live mutant: left out on both sides
+    assert killed.delta == pytest.approx((0.5 + 0.25) / 2)
+    with pytest.raises(ValueError, match="use --metric valid or killed"):
+        compare_records(before, after, metric="pass")
+    with pytest.raises(ValueError, match="an `eval tests` record"):
+        compare_records([_rec("a", "A", [True])], [_rec("a", "A", [True])], metric="valid")
+
+
+def test_cli_compare_keeps_the_problems_of_a_spec_and_reads_tests_results(tmp_path, capsys) -> None:
+    def write(name: str, rows: list[dict]) -> Path:
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text(
+            json.dumps({"run_key": {"k": 4}}) + "\n" + "".join(json.dumps(r) + "\n" for r in rows)
+        )
+        return path
+
+    ids = ["demo/easy/add", "demo/easy/multiply", "demo/easy/double"]  # two easy-train, one easy-heldout
+    before = write("before", [_tests_rec(i, 0, 0) for i in ids])
+    after = write("after", [_tests_rec(i, 4, 4) for i in ids])
+    out = tmp_path / "cmp.json"
+    argv = ["eval", "compare", str(before), str(after), "--metric", "valid", "--problems", "demo:easy-train"]
+    assert main([*argv, "--output", str(out)]) == 0
+    row = json.loads(out.read_text())["S"]
+    assert row["problems"] == 2 and row["delta"] == pytest.approx(100.0)
+    assert row["p_sign_flip"] == pytest.approx(0.25)  # 2 problems: 1 of 4 sign patterns is as large
+    assert main([*argv[:-1], "demo:heldout"]) == 2
+    assert "none of its 16 problems" in capsys.readouterr().err

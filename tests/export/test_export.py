@@ -19,7 +19,7 @@ from safetensors.torch import save_file
 
 from codea1.checkpoint import TrainerState, capture_rng, save_checkpoint
 from codea1.cli import main
-from codea1.config import EngineConfig, OptimConfig, config_from_dict, dump_config
+from codea1.config import EngineConfig, LossConfig, OptimConfig, config_from_dict, dump_config
 from codea1.core.losses import policy_loss
 from tests.tiny_model import make_tiny_model
 
@@ -150,8 +150,9 @@ def _trained_checkpoint(run_dir: Path, base: Path, mode: str) -> Path:
         }
     )
     optim = OptimConfig(lr=5e-2, warmup_steps=0, micro_batch_size=4, weight_decay=0.0)
+    no_kl = LossConfig(kl_coef=0.0)  # no frozen reference
     roles = build_roles(
-        cfg.engine, optim, optim, 2, temperature_coder=1.0, temperature_tester=1.0, keep_reference=False
+        cfg.engine, optim, optim, 2, temperature_coder=1.0, temperature_tester=1.0, loss=no_kl
     )
     prompt = tuple(roles.tokenizer(TEXT).input_ids)
     batch = TrainBatch([prompt, prompt], [(11, 12, 13), (21, 22)], [1.0, -1.0])

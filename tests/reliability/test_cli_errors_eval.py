@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from codea1.limits import max_workers
+
 from .reliability_cli import (
     FIXTURES,
     Place,
@@ -96,7 +98,7 @@ def test_bon_bad_rows(place: Place, capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize(
     ("option", "needle"),
     [
-        (["--workers", "-1"], "--workers must be in [0, 1024]"),
+        (["--workers", "-1"], f"--workers must be in [0, {max_workers()}]"),
         (["--memory-mb", "0"], "--memory-mb must be in [64,"),
         (["--budget-floor", "nan"], "--budget-floor must be a number of seconds"),
         (["--budget-factor", "0"], "--budget-factor must be a finite number > 0"),

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from codea1.limits import max_workers
 from codea1.sandbox import scratch
 
 from .reliability_cli import (
@@ -50,7 +51,7 @@ def _jobs(place: Place, lines: list[bytes]) -> Path:
 @pytest.mark.parametrize(
     ("option", "needle"),
     [
-        (["--workers", "-1"], "--workers must be in [0, 1024]"),
+        (["--workers", "-1"], f"--workers must be in [0, {max_workers()}]"),
         (["--test-cpu-s", "0"], "--test-cpu-s must be a number of seconds in (0, 3600], got 0"),
         (["--test-cpu-s", "1e9"], "--test-cpu-s must be a number of seconds in (0, 3600], got 1e+09"),
         (["--load-cpu-s", "nan"], "--load-cpu-s must be a number of seconds in (0, 3600], got nan"),

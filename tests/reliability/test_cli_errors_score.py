@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from codea1.limits import max_workers
+
 from .reliability_cli import (
     FIXTURES,
     Place,
@@ -30,7 +32,7 @@ def _input(place: Place, lines: list[bytes]) -> Path:
 @pytest.mark.parametrize(
     ("option", "needle"),
     [
-        (["--workers", "-1"], "--workers must be in [0, 1024]"),
+        (["--workers", "-1"], f"--workers must be in [0, {max_workers()}]"),
         (["--alpha", "nan"], "--alpha must be in [0, 1]"),
         (["--no-update"], "--no-update needs --mistake-book"),
     ],
@@ -70,7 +72,7 @@ def test_non_utf8_row_costs_only_that_row(place: Place, capsys: pytest.CaptureFi
     out = place.out / "r.jsonl"
     outcome = run_cli(["score", "--input", src, "--output", out, "--workers", "1"], capsys)
     assert outcome.code == 0 and "Traceback" not in outcome.err, outcome.err[-2000:]
-    assert "scored 2 problem(s), 2 with errors" in outcome.err
+    assert "scored 2 of 4 line(s), 2 line(s) with errors" in outcome.err
     rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert [r.get("id") for r in rows] == ["worked/absolute_sum", "latin1", None, "worked/absolute_sum"]
     assert "bad input line 2: not UTF-8" in rows[1]["error"]

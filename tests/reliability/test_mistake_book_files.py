@@ -241,7 +241,7 @@ def test_export_refuses_a_bad_output_before_opening_anything(tmp_path, cwd, caps
     make_book(path)
     before = snapshot(tmp_path)
     for out, needle in [(tmp_path, "is a directory"), (tmp_path / "no" / "x.jsonl", "does not exist"),
-                        (path, "the Mistake Book itself")]:  # fmt: skip
+                        (path, "is the same file as the Mistake Book")]:  # fmt: skip
         code, _, err = run_cli(capsys, "mistakes", "export", str(path), "-o", str(out))
         assert_one_line_error(code, err, needle)
     assert snapshot(tmp_path) == before

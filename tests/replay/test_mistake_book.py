@@ -1,4 +1,5 @@
-"""Mistake Book semantics (method §7) and what we add: capacity, provenance, safe storage, SQLite."""
+"""Mistake Book semantics (docs/algorithm.md, items 19–23) and what we add: capacity, provenance,
+safe storage, SQLite."""
 
 from __future__ import annotations
 
@@ -87,7 +88,7 @@ def test_only_replayable_tests_are_stored(book):
                     hit("f( 1 )", predicted="[1,  2]"),  # normalised
                     hit("f(2)", status="invalid"),  # oracle not usable
                     hit("f(", predicted="1"),  # not an expression
-                    hit("f(3)", predicted="<__main__.Node object at 0x7f>"),  # bug §13.2: not Python
+                    hit("f(3)", predicted="<__main__.Node object at 0x7f>"),  # bug R2: not Python
                     hit("f(4)", predicted="1); import os; (2", status="valid"),
                     hit("f(5)", predicted="9", status="wrong_prediction"),
                 ),

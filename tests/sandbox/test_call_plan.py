@@ -7,7 +7,7 @@ import pytest
 from codea1.config import SandboxConfig
 from codea1.sandbox import Sandbox
 from codea1.sandbox.call_plan import planned_requests
-from codea1.sandbox.value_codec import decode
+from codea1.sandbox.worker.value_codec import decode
 from codea1.types import CheckJob
 
 EVALPLUS = """

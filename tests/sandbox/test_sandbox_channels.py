@@ -9,8 +9,8 @@ import pytest
 from codea1.config import SandboxConfig
 from codea1.sandbox import Sandbox
 from codea1.sandbox.channels import CHANNELS, channel_status, open_channels
-from codea1.sandbox.minimal_root import outermost
-from codea1.sandbox.pool import _REQUIRED_LAYERS, strict_refusal
+from codea1.sandbox.local import _REQUIRED_LAYERS, strict_refusal
+from codea1.sandbox.worker.minimal_root import outermost
 from codea1.types import GridJob, TestCase
 
 

@@ -10,7 +10,7 @@ import typing
 import pytest
 
 from codea1.sandbox.equality import contains_opaque, values_equal
-from codea1.sandbox.value_codec import (
+from codea1.sandbox.worker.value_codec import (
     CodecError,
     CycleRef,
     ObjectState,

@@ -174,7 +174,8 @@ STACK = (
 
 
 def test_reference_classes_do_not_leak_into_candidates(sandbox: Sandbox) -> None:
-    # Reference bug §13.3: the reference deleted only its functions before running the candidate,
+    # Reference bug R3 (docs/algorithm.md):
+    # the reference deleted only its functions before running the candidate,
     # so `x = 1` passed class-based tests. Here the reference and the candidate never share a process.
     by_class = GridJob(
         "class",
@@ -215,7 +216,8 @@ NODE_CODES = {
 
 
 def test_objects_are_compared_by_class_and_attributes(sandbox: Sandbox) -> None:
-    # Reference bug §13.2 (object half): objects were compared by identity (and their reprs carry
+    # Reference bug R2, object half (docs/algorithm.md):
+    # objects were compared by identity (and their reprs carry
     # an address), so a correct candidate failed. Now: by class name and attributes.
     codes = tuple(NODE_CODES.values())
     tests = (("mk(1)", "Node(1)"), ("mk(2)", "Node(2)"), ("mk(3)", "Node(4)"), ("mk(3)", "mk"))

@@ -12,7 +12,7 @@ import pytest
 from codea1.config import SandboxConfig
 from codea1.sandbox import Sandbox
 from codea1.sandbox.tasks import ProgramTask, parse_result
-from codea1.sandbox.value_codec import END_FRAME, RESULT_VALUE, TEST_RECORD, encode, frame
+from codea1.sandbox.worker.value_codec import END_FRAME, RESULT_VALUE, TEST_RECORD, encode, frame
 from codea1.types import CheckJob, GridJob, TestCase
 
 TASK = ProgramTask("def f(x):\n    return x\n", "f", ("f(1)", "f(2)"))

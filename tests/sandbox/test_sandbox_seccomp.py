@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from codea1.sandbox import landlock, seccomp
+from codea1.sandbox.worker import landlock, seccomp
 
 
 def _in_child(fn) -> int:  # type: ignore[no-untyped-def]

@@ -10,8 +10,8 @@ import pytest
 
 from codea1.config import SandboxConfig
 from codea1.sandbox import Sandbox
-from codea1.sandbox.isolation import wipe_directory
 from codea1.sandbox.tasks import ProgramTask
+from codea1.sandbox.worker.isolation import wipe_directory
 
 NEST = (
     "import os\n"

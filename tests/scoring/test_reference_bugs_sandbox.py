@@ -1,4 +1,5 @@
-"""Regression tests for the reference code's bugs (method §13), scored through the real sandbox.
+"""Regression tests for the reference code's bugs (docs/algorithm.md, "Known bugs of the reference
+code"), scored through the real sandbox.
 
 Each test names the bug it guards; docs/algorithm.md lists them ("Reference bugs and their tests").
 """
@@ -15,15 +16,15 @@ from codea1.replay.mistake_book import MistakeBook, MistakeHit, MistakeUpdate
 from codea1.scoring import ProblemScore, ScoringItem, score_batch
 from codea1.types import Problem, TestCase
 
-pool = pytest.importorskip("codea1.sandbox.pool", reason="sandbox module not importable yet")
+local = pytest.importorskip("codea1.sandbox.local", reason="sandbox module not importable yet")
 
 NODE_REF = "class Node:\n    def __init__(self, v):\n        self.v = v\n\n\ndef mk(v):\n    return Node(v)\n"
 NODE_SUITE = "```python\nassert mk(1) == Node(1)\nassert mk(2) == Node(2)\n```"
 
 
 @pytest.fixture(scope="module")
-def sandbox() -> Iterator[pool.Sandbox]:
-    with pool.Sandbox(SandboxConfig(workers=2, test_cpu_s=0.5)) as sb:
+def sandbox() -> Iterator[local.Sandbox]:
+    with local.Sandbox(SandboxConfig(workers=2, test_cpu_s=0.5)) as sb:
         yield sb
 
 
@@ -32,7 +33,7 @@ def fenced(code: str) -> str:
 
 
 def score_one(
-    sandbox: pool.Sandbox, problem: Problem, codes: tuple[str, ...], suites: tuple[str, ...]
+    sandbox: local.Sandbox, problem: Problem, codes: tuple[str, ...], suites: tuple[str, ...]
 ) -> ProblemScore:
     item = ScoringItem(problem, tuple(fenced(c) for c in codes), tuple((s,) for s in suites))
     (s,) = score_batch([item], sandbox, reward=RewardConfig())
@@ -47,7 +48,7 @@ def book_after(tmp_path: Path, s: ProblemScore) -> list[tuple[str, int]]:
 
 
 def test_correct_object_returning_code_scores_one_and_breaks_nothing(sandbox, tmp_path):
-    # §13.2 (object half): objects without __eq__ compared by identity / address-bearing repr, so a
+    # R2 (object half): objects without __eq__ compared by identity / address-bearing repr, so a
     # correct candidate scored 0 and both tests entered the book as bugs.
     code = "class Node:\n    def __init__(self, v):\n        self.v = v\n\n\ndef mk(v):\n    return Node(v)\n"
     s = score_one(sandbox, Problem("node", "q", "mk", NODE_REF), (code,), (NODE_SUITE,))
@@ -99,7 +100,7 @@ def test_uncomparable_oracle_counts_neither_as_pass_nor_as_bug(sandbox, tmp_path
 
 
 def test_a_failing_import_does_not_touch_its_sibling(sandbox):
-    # §13.4: imports were hoisted out of error handling and shared across samples, so one code's
+    # R4: imports were hoisted out of error handling and shared across samples, so one code's
     # missing module invalidated its siblings too.
     ref = "import math\n\n\ndef hyp(a, b):\n    return math.hypot(a, b)\n"
     broken = "import not_a_module_of_this_world\n\n\ndef hyp(a, b):\n    return (a * a + b * b) ** 0.5\n"
@@ -112,7 +113,7 @@ def test_a_failing_import_does_not_touch_its_sibling(sandbox):
 
 
 def test_printed_markers_cannot_flip_results(sandbox):
-    # §13.7: verdicts were read from stdout with substring matching, so with ≥ 11 tests a failed
+    # R7: verdicts were read from stdout with substring matching, so with ≥ 11 tests a failed
     # test 1 counted as passed when test 10 passed, and a candidate could print the markers itself.
     ref = "def inc(x):\n    return x + 1\n"
     code = (

@@ -13,7 +13,7 @@ from codea1.replay.mistake_book import MistakeBook
 from codea1.scoring import ScoringItem, score_batch
 from codea1.types import Problem
 
-pool = pytest.importorskip("codea1.sandbox.pool", reason="sandbox module not importable yet")
+local = pytest.importorskip("codea1.sandbox.local", reason="sandbox module not importable yet")
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "score" / "worked_example.jsonl"
 
@@ -57,7 +57,8 @@ def test_worked_example_reproduces_the_documented_numbers(tmp_path):
 
 
 def test_real_sandbox_regressions():
-    """§13.8 float tolerance and §13.1 alignment, with oracles computed by the real sandbox."""
+    """Reference bugs R8 (float tolerance) and R1 (alignment) of docs/algorithm.md, with oracles
+    computed by the real sandbox."""
     ref = "def mean3(a, b, c):\n    return (a + b + c) / 3\n"
     code = "```python\ndef mean3(a, b, c):\n    return a / 3 + b / 3 + c / 3\n```"
     suite = (
@@ -69,7 +70,7 @@ def test_real_sandbox_regressions():
         "```"
     )
     p = Problem(id="floaty", question="q", entry_point="mean3", reference=ref)
-    with pool.Sandbox(SandboxConfig(workers=2)) as sandbox:
+    with local.Sandbox(SandboxConfig(workers=2)) as sandbox:
         (s,) = score_batch([ScoringItem(p, (code,), ((suite,),))], sandbox, reward=RewardConfig())
     assert s.error == ""
     assert s.code_rewards == (1.0,)

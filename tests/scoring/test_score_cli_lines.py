@@ -65,8 +65,8 @@ class FakeCM(FakeSandbox):
 
 
 def test_cli_stdin_stdout_and_book_steps(tmp_path, monkeypatch, capsys):
-    pool = pytest.importorskip("codea1.sandbox.pool")
-    monkeypatch.setattr(pool, "Sandbox", FakeCM)
+    local = pytest.importorskip("codea1.sandbox.local")
+    monkeypatch.setattr(local, "Sandbox", FakeCM)
     db = tmp_path / "mb.sqlite"
     for expected_r1 in (1 / 6, 1 / 12):
         monkeypatch.setattr(sys, "stdin", io.StringIO(FIXTURE.read_text()))

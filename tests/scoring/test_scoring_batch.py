@@ -125,7 +125,8 @@ def test_grid_with_wrong_shape_is_an_error_not_a_crash():
 
 
 def test_eleven_tests_failure_of_test_one_stays_a_failure():
-    # §13.7: with ≥ 11 tests, a failed first test is not turned into a pass by test 10's result.
+    # Reference bug R7 (docs/algorithm.md):
+    # with ≥ 11 tests, a failed first test is not turned into a pass by test 10's result.
     lines = ["assert absolute_sum([-1]) == 1"] + [f"assert absolute_sum([{i}]) == {i}" for i in range(1, 11)]
     (s,) = score_batch(
         [ScoringItem(problem(), (BUGGY,), ((fence(*lines),),))], FakeSandbox(), reward=RewardConfig()

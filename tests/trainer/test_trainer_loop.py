@@ -29,7 +29,7 @@ BASE = [
 def sandbox():
     """The real sandbox (two workers, shared by the module's tests)."""
     from codea1.config import SandboxConfig
-    from codea1.sandbox.pool import Sandbox
+    from codea1.sandbox.local import Sandbox
 
     with Sandbox(SandboxConfig(workers=2)) as sb:
         yield sb

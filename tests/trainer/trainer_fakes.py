@@ -74,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return slow(prompts, params)
 
     models.tester_policy.generate = slow_generate  # type: ignore[method-assign]
-    from codea1.sandbox.pool import Sandbox
+    from codea1.sandbox.local import Sandbox
 
     with Sandbox(SandboxConfig(workers=1)) as sb:
         summary = Trainer(cfg, models, probs, sb, Path(args.run_dir)).run(resume=args.resume)

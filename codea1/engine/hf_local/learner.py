@@ -15,13 +15,13 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
 
-from codea1.config import OptimConfig
-from codea1.core.losses import ADDITIVE_STATS, LossNormalizer
+from codea1.config import EngineConfig, LossConfig, OptimConfig
+from codea1.core.losses import ADDITIVE_STATS, LossNormalizer, Weighting, stats_weighting
 from codea1.engine.base import LossFn, TrainBatch
 from codea1.engine.hf_local.logprobs import padded_values, response_logprobs
 from codea1.engine.hf_local.sharded_state import (
@@ -110,9 +110,7 @@ class HFLearner:
         self.pad_id = pad_id
         self.logprob_chunk = logprob_chunk
         self.share_prompts = share_prompts
-        self.weighting: Literal["tokens", "sequences"] = (
-            "tokens" if aggregation == "token-mean" else "sequences"
-        )
+        self.weighting: Weighting = stats_weighting(aggregation)
         self.entropy = entropy
         self.adapter: str | None = getattr(weights, "adapter", None)
         self.params = weights.trainable()
@@ -125,6 +123,26 @@ class HFLearner:
             self.optimizer, lambda s: lr_factor(s, optim.warmup_steps, total_steps, optim.min_lr_ratio)
         )
         self.last_stats: dict[str, float] = {}
+
+    @classmethod
+    def from_config(
+        cls,
+        weights: Any,
+        optim: OptimConfig,
+        total_steps: int,
+        engine: EngineConfig,
+        loss: LossConfig,
+        *,
+        temperature: float,
+        pad_id: int,
+    ) -> HFLearner:
+        """The learner a run's configuration asks for: log-prob chunking and prompt sharing from
+        ``engine``, micro-batch weighting and entropy from ``loss`` (every backend builds it here)."""
+        return cls(
+            weights, optim, total_steps, temperature=temperature, pad_id=pad_id,
+            logprob_chunk=engine.logprob_chunk, share_prompts=engine.share_prompts,
+            aggregation=loss.aggregation, entropy=loss.needs_entropy,
+        )  # fmt: skip
 
     def logprobs(self, batch: TrainBatch, reference: bool = False) -> list[tuple[float, ...]]:
         """Per-token log-probs of each completion (reference model when ``reference``), no grad."""

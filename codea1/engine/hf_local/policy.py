@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import torch
 from transformers import GenerationConfig, LogitsProcessorList
 
+from codea1.core.seeds import batch_seed
 from codea1.engine.base import ChatTemplatePrompts, Completion, SamplingParams
 from codea1.engine.hf_local.logprobs import SampledTokenLogprobs
 
@@ -77,7 +78,7 @@ class HFPolicy(ChatTemplatePrompts):
         model = self.rollout.model_for(self.role)
         for b, lo in enumerate(range(0, len(order), size)):
             idx = order[lo : lo + size]
-            seed = None if params.seed is None else params.seed + b
+            seed = None if params.seed is None else batch_seed(params.seed, b)
             batch, steps = self._generate_batch(model, [items[k][0] for k in idx], encoded, params, seed)
             padded += steps * len(idx)
             for k, comp in zip(idx, batch, strict=True):

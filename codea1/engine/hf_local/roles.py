@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import torch
 
-from codea1.config import EngineConfig, OptimConfig
+from codea1.config import EngineConfig, LossConfig, OptimConfig
 from codea1.engine.hf_local.learner import WEIGHTS_FILE, HFLearner
 from codea1.engine.hf_local.policy import HFPolicy
 from codea1.engine.hf_local.weights import (
@@ -53,9 +53,7 @@ def build_roles(
     temperature_coder: float,
     temperature_tester: float,
     shared: bool = False,
-    keep_reference: bool = True,
-    aggregation: str = "token-mean",
-    entropy: bool = False,
+    loss: LossConfig | None = None,
     batch_size: int = 16,
     rollout: Literal["merged", "unmerged"] = "merged",
     seed: int = 0,
@@ -63,23 +61,23 @@ def build_roles(
     """Load the model(s) named by ``engine_cfg`` and wire each role's policy and learner.
 
     ``total_steps`` is the number of optimizer steps of each learner (for the lr schedule).
-    ``keep_reference`` keeps the frozen reference (pass ``kl_coef > 0``); ``aggregation`` is the
-    loss's aggregation (sets micro-batch weighting); ``entropy`` passes per-token entropy to the
-    loss; ``batch_size`` is the default generation batch; ``rollout`` applies to adapters mode;
+    ``loss`` (default :class:`~codea1.config.LossConfig`) says whether a frozen reference is kept
+    (KL on), how micro-batch stats are weighted and whether per-token entropy is computed (see
+    :meth:`HFLearner.from_config`); ``batch_size`` is the default generation batch; ``rollout``
+    applies to adapters mode;
     ``seed`` draws the LoRA adapters' initial weights (the same in every process that builds them).
     """
     if shared and temperature_coder != temperature_tester:
         raise ValueError("shared=True needs one sampling temperature for both roles (the learner is shared)")
+    loss = loss or LossConfig()
+    keep_reference = loss.keeps_reference
     tester_spec = engine_cfg.role_model("tester")
-    common = {
-        "logprob_chunk": engine_cfg.logprob_chunk, "share_prompts": engine_cfg.share_prompts,
-        "aggregation": aggregation, "entropy": entropy,
-    }  # fmt: skip
-    model, tok = load_trainable(engine_cfg, engine_cfg.coder_model)
+    model, tok = load_trainable(engine_cfg, engine_cfg.role_model("coder"))
 
     def learner(weights: Any, optim: OptimConfig, temperature: float, tokenizer: Any) -> HFLearner:
-        return HFLearner(
-            weights, optim, total_steps, temperature=temperature, pad_id=tokenizer.pad_token_id, **common
+        pad_id = tokenizer.pad_token_id
+        return HFLearner.from_config(
+            weights, optim, total_steps, engine_cfg, loss, temperature=temperature, pad_id=pad_id
         )
 
     if engine_cfg.mode == "separate":
@@ -112,7 +110,7 @@ def build_roles(
     sampler: Any = (
         PeftRollout(peft_model)
         if plain is None
-        else MergedAdapterRollout(plain, base_weights(peft_model), lora_scale(engine_cfg))
+        else MergedAdapterRollout(plain, base_weights(peft_model), engine_cfg.lora_scale)
     )
     coder_w = AdapterWeights(peft_model, "coder")
     coder = (
@@ -127,11 +125,6 @@ def build_roles(
         learner(tester_w, tester_optim, temperature_tester, tok),
     )
     return Roles(coder[0], coder[1], tester[0], tester[1], tok)
-
-
-def lora_scale(engine_cfg: EngineConfig) -> float:
-    """LoRA's ``alpha / r``: the factor of ``B @ A`` in the merged weight."""
-    return engine_cfg.lora_alpha / engine_cfg.lora_r
 
 
 def load_trainable(engine_cfg: EngineConfig, spec: str) -> tuple[Any, Any]:
@@ -209,7 +202,7 @@ def load_checkpoint_model(
     except ConfigError as e:
         raise ModelLoadError(f"{role_dir}: cannot read the checkpoint's config.yaml: {e}") from None
     role = role_dir.name
-    base = trained.tester_model if role == "tester" and trained.tester_model else trained.coder_model
+    base = trained.role_model(role)
     model, tok = load_model_and_tokenizer(base, engine_cfg.dtype, engine_cfg.device, engine_cfg.cache_dir)
     tensors = load_file(str(role_dir / WEIGHTS_FILE))
     if trained.mode == "adapters":

@@ -14,7 +14,6 @@ from typing import Any
 
 from codea1.config import RunConfig
 from codea1.engine.ray_cluster.learner_group import RayLearnerGroup, RemoteWeights
-from codea1.engine.ray_cluster.learner_worker import role_model_spec
 from codea1.engine.ray_cluster.placement import Layout, plan, reserve
 from codea1.engine.ray_cluster.rollout_group import RayPolicy, ReplicaGroup
 from codea1.engine.ray_cluster.session import RayUnavailable, connect, gather, starts_local_cluster
@@ -71,7 +70,7 @@ def build_ray_roles(cfg: RunConfig, *, rollout: str, shared: bool, schedules: di
             learners[role] = RayLearnerGroup(cfg, role, layout, optim, total, shared=shared)
         policies: dict[str, RayPolicy] = {}
         for name, served in replica_roles.items():
-            group = ReplicaGroup(cfg, name, role_model_spec(cfg, name), served, rollout, layout)
+            group = ReplicaGroup(cfg, name, cfg.engine.role_model(name), served, rollout, layout)
             groups.append(group)
             policies.update({r: RayPolicy(group, r, rollout) for r in served})
             if cfg.cluster.placement == "colocate" and name in learners:  # they share these bundles

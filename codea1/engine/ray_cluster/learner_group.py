@@ -7,7 +7,7 @@ update's statistics are merged as if one process had run it. ``named_weights`` l
 weights in the Ray object store (:class:`RemoteWeights`), so a weight sync moves them from rank 0
 to the replicas without passing through the driver.
 
-Imports: ray (lazily), config, engine.base, this package.
+Imports: ray (lazily), config, core.losses, engine.base, this package.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from codea1.config import OptimConfig, RunConfig
+from codea1.core.losses import stats_weighting
 from codea1.engine.base import LossFn, TrainBatch
 from codea1.engine.ray_cluster.learner_worker import LearnerWorker
 from codea1.engine.ray_cluster.placement import Layout
@@ -58,7 +59,7 @@ class RayLearnerGroup:
         self.role = role
         self.what = f"{role} learner group"
         self.adapter: str | None = role if cfg.engine.mode == "adapters" else None
-        self.weighting = "tokens" if cfg.loss.aggregation == "token-mean" else "sequences"
+        self.weighting = stats_weighting(cfg.loss.aggregation)
         self.last_stats: dict[str, float] = {}
         self.before_work: list[Callable[[], None]] = []
         """Called before the ranks compute (``colocate``: put the replicas sharing their GPUs to sleep)."""

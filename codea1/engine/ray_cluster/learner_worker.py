@@ -9,7 +9,7 @@ agreed over the group, so an update equals the one-process update on the whole b
 run's dtype is bf16, the ranks keep fp32 master weights and AdamW state and compute in bf16 (FSDP2
 mixed precision): pure bf16 weights would round most updates at the paper's lr of 1e-6 away.
 
-Imports: torch, config, engine.base, engine.build (schedules), engine.hf_local.
+Imports: torch, config, engine.base, engine.hf_local, engine.loading.
 """
 
 from __future__ import annotations
@@ -28,11 +28,6 @@ from codea1.engine.hf_local.fsdp import shard
 from codea1.engine.hf_local.roles import load_trainable, with_adapters
 from codea1.engine.hf_local.weights import AdapterWeights, FullWeights
 from codea1.engine.loading import pick_device, pick_dtype
-
-
-def role_model_spec(cfg: RunConfig, role: str) -> str:
-    """The model a role trains (the tester's defaults to the coder's)."""
-    return cfg.engine.role_model(role)
 
 
 class LearnerWorker:
@@ -55,8 +50,6 @@ class LearnerWorker:
     def setup(self, master: tuple[str, int], optim: Any, total_steps: int) -> int:
         """Join the group, build and shard the role's model, create its learner; returns the
         number of trainable tensors."""
-        from codea1.engine.build import shares_one_model
-
         cuda = self.cfg.cluster.gpus_per_worker > 0 and torch.cuda.is_available()
         engine = self.cfg.engine
         engine.device = "cuda" if cuda else "cpu"
@@ -69,23 +62,22 @@ class LearnerWorker:
         compute = pick_dtype(engine.dtype, pick_device(engine.device))
         mixed = compute != torch.float32  # fp32 master weights and AdamW state, compute in bf16
         engine.dtype = "float32"
-        model, tokenizer = load_trainable(engine, role_model_spec(self.cfg, self.role))
-        keep_reference = self.cfg.loss.kl_coef > 0
+        model, tokenizer = load_trainable(engine, engine.role_model(self.role))
+        keep_reference = self.cfg.loss.keeps_reference
         if engine.mode == "separate":
             weights: Any = FullWeights(model, keep_reference)
             shard(weights.model, compute if mixed else None)
             if weights.reference is not None:  # frozen: held in the compute dtype, as locally
                 shard(weights.reference.to(compute))
         else:
-            names = ["coder"] if shares_one_model(self.cfg) else ["coder", "tester"]
+            names = ["coder"] if self.shared else ["coder", "tester"]
             weights = AdapterWeights(with_adapters(model, engine, names, seed=self.cfg.train.seed), self.role)
             weights.train_model()  # settles which adapter is trainable before sharding
             shard(weights.peft_model, compute if mixed else None)
         sampling = getattr(self.cfg, self.role).sampling
-        self.learner = HFLearner(
-            weights, optim, total_steps, temperature=sampling.temperature, pad_id=tokenizer.pad_token_id,
-            logprob_chunk=engine.logprob_chunk, share_prompts=engine.share_prompts,
-            aggregation=self.cfg.loss.aggregation, entropy=self.cfg.loss.entropy_coef > 0,
+        self.learner = HFLearner.from_config(
+            weights, optim, total_steps, engine, self.cfg.loss,
+            temperature=sampling.temperature, pad_id=tokenizer.pad_token_id,
         )  # fmt: skip
         return len(self.learner.params)
 

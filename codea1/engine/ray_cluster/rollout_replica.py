@@ -31,7 +31,7 @@ class RolloutReplica:
         cuda = cfg.cluster.gpus_per_worker > 0 and torch.cuda.is_available()
         cfg.engine.device = "cuda" if cuda else "cpu"
         adapters = cfg.engine.mode == "adapters"
-        scale = cfg.engine.lora_alpha / cfg.engine.lora_r
+        scale = cfg.engine.lora_scale
         model, tokenizer = load_model_and_tokenizer(
             spec, cfg.engine.dtype, cfg.engine.device, cfg.engine.cache_dir
         )

@@ -8,7 +8,7 @@ layers refuse a bare ``model.load_weights``; the worker's ``reload_weights`` res
 loads and repacks, so that is what is called: in-process with the tensors themselves, across
 processes (CUDA) through a safetensors file.
 
-Imports: torch, safetensors, vllm, engine.base, engine.lora, this package's console.
+Imports: torch, safetensors, vllm, core.seeds, engine.base, engine.lora, this package's console.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from typing import Any
 
 import torch
 
-from codea1.engine.base import ChatTemplatePrompts, Completion, SamplingParams, request_seed
+from codea1.core.seeds import request_seed
+from codea1.engine.base import ChatTemplatePrompts, Completion, SamplingParams
 from codea1.engine.lora import lora_deltas, merged_weights
 from codea1.engine.vllm_local.console import expected_reload_warnings_hidden
 
@@ -126,7 +127,7 @@ def repack_tied_head(worker: Any) -> bool:
 class VLLMPolicy(ChatTemplatePrompts):
     """A :class:`~codea1.engine.base.Policy` for one role on a :class:`VLLMRollout`.
 
-    Every sample is its own request seeded with :func:`~codea1.engine.base.request_seed` of the
+    Every sample is its own request seeded with :func:`~codea1.core.seeds.request_seed` of the
     call's seed, the prompt's index and the sample's index, so completions do not depend on batch
     size or on how requests are scheduled. Log-probs are vLLM's processed log-probs of the sampled
     tokens (the engine is built with ``logprobs_mode="processed_logprobs"``): ``log_softmax(logits /

@@ -66,17 +66,17 @@ def max_sequences(cfg: RunConfig) -> int:
 
 
 def cpu_scheduler_args(cfg: RunConfig) -> dict[str, Any]:
-    """Scheduler settings of an in-process CPU engine: no chunked prefill.
+    """Scheduler settings of an in-process CPU engine: a step's token budget that holds every
+    running sequence whole.
 
     codea1 seeds every request. When a step's token budget cuts a prompt's prefill in two, vLLM
     rewinds that request's generator with ``set_offset``, which a CPU ``torch.Generator`` does not
     support: the engine dies with "CPU Generator does not use offset" as soon as a batch of prompts
-    exceeds the budget (an evaluation point of 16 problems x 8 samples does). Without chunked
-    prefill the scheduler never splits a prompt; the budget must then hold the longest sequence."""
-    return {
-        "enable_chunked_prefill": False,
-        "max_num_batched_tokens": max(max_model_len(cfg), CPU_MIN_BATCHED_TOKENS),
-    }
+    exceeds the budget (an evaluation point of 16 problems x 8 samples does). With room for
+    ``max_num_seqs`` sequences of ``max_model_len`` tokens no prompt is ever split. (Turning chunked
+    prefill off avoids the split too, but cost 15 % more CPU time on a tester-sized batch: 48
+    prompts of 1,092 tokens, 128 new tokens, SmolLM2-135M fp32.)"""
+    return {"max_num_batched_tokens": max(max_sequences(cfg) * max_model_len(cfg), CPU_MIN_BATCHED_TOKENS)}
 
 
 def start_engine(
@@ -138,7 +138,7 @@ def attach_vllm(roles: Any, cfg: RunConfig, *, shared: bool) -> Any:
             start_engine(cfg, coder_location, dtype, in_process),
             in_process=in_process,
             base=base_weights(peft_model),
-            lora_scale=engine.lora_alpha / engine.lora_r,
+            lora_scale=engine.lora_scale,
         )
         coder = policy(rollout, roles.coder_policy, "coder")
         tester = coder if shared else policy(rollout, roles.tester_policy, "tester")

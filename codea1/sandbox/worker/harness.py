@@ -4,7 +4,7 @@ A check job has two sandboxed processes, both forked by the job runner R:
 
 * H (this module) executes the harness (the benchmark's ``check`` with its reference and its
   inputs) and calls ``check`` with a :class:`CandidateProxy`;
-* P (:mod:`codea1.sandbox.program`) executes the candidate's definitions and forks one call
+* P (:mod:`codea1.sandbox.worker.program`) executes the candidate's definitions and forks one call
   server C, which evaluates ``entry_point(*args, **kwargs)`` for each request of H.
 
 The proxy sends each call's arguments to C and receives the returned value in the typed value
@@ -25,8 +25,8 @@ import sys
 import time
 from typing import Any
 
-from codea1.sandbox import isolation
-from codea1.sandbox.program import (
+from codea1.sandbox.worker import isolation
+from codea1.sandbox.worker.program import (
     CALL_REQUEST_FD,
     CALL_RESPONSE_FD,
     CappedSink,
@@ -35,7 +35,7 @@ from codea1.sandbox.program import (
     type_name,
     write_all,
 )
-from codea1.sandbox.value_codec import (
+from codea1.sandbox.worker.value_codec import (
     RESULT_RAISE,
     RESULT_UNENCODABLE,
     RESULT_VALUE,

@@ -25,16 +25,17 @@ from pathlib import Path
 from typing import Any
 
 from codea1.config import SandboxConfig
-from codea1.sandbox import cgroups, isolation, scratch
+from codea1.sandbox import cgroups, scratch
 from codea1.sandbox.channels import open_channels
 from codea1.sandbox.executor import SandboxUnavailable, TaskExecutor, WorkerFailure
 from codea1.sandbox.tasks import ProgramOutcome, ProgramTask, check_config, failed_outcome, parse_result
+from codea1.sandbox.worker import isolation
 
 _HEADER = struct.Struct("<I")
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 _BOOT = (
     "import sys; sys.path.insert(0, sys.argv[1]); "
-    "from codea1.sandbox.zygote import worker_main; worker_main(sys.argv[2])"
+    "from codea1.sandbox.worker.zygote import worker_main; worker_main(sys.argv[2])"
 )
 
 

@@ -11,7 +11,7 @@ import ctypes
 import os
 import struct
 
-from codea1.sandbox.probe import denied_in_child
+from codea1.sandbox.worker.probe import denied_in_child
 
 _SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
 _CREATE_RULESET_VERSION = 1

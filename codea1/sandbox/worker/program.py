@@ -6,10 +6,10 @@ budget, and reports ``("load", status, reason)``.
 
 * Grid job: for each expression P forks C, which adds seccomp F2 and the CPU budget, evaluates the
   expression, encodes the value with the safe codec and writes it to its own pipe. P forwards a
-  ``b"T"`` frame (:data:`~codea1.sandbox.value_codec.TEST_RECORD`: index, exit code, CPU seconds,
+  ``b"T"`` frame (:data:`~codea1.sandbox.worker.value_codec.TEST_RECORD`: index, exit code, CPU seconds,
   wall-killed; then the child's bytes), then an end frame.
 * Check job: P forks one call server C (F2, CPU budget for all calls together) that answers the
-  harness process's calls of the entry point (:mod:`codea1.sandbox.harness`), then forwards a
+  harness process's calls of the entry point (:mod:`codea1.sandbox.worker.harness`), then forwards a
   ``b"C"`` frame with C's exit (same head) and an end frame.
 
 Everything P and C write is the candidate's claim about its own return values; the parent decodes
@@ -30,8 +30,8 @@ import sys
 import time
 from typing import Any
 
-from codea1.sandbox import isolation
-from codea1.sandbox.value_codec import (
+from codea1.sandbox.worker import isolation
+from codea1.sandbox.worker.value_codec import (
     END_FRAME,
     RESULT_RAISE,
     RESULT_UNENCODABLE,

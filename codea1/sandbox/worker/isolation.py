@@ -14,7 +14,7 @@ import os
 import resource
 import sys
 
-from codea1.sandbox import minimal_root
+from codea1.sandbox.worker import minimal_root
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
 CLONE_NEWIPC = 0x08000000

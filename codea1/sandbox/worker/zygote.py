@@ -1,6 +1,6 @@
 """The sandbox worker: a trusted zygote that forks, per job, a runner, a program and per-test children.
 
-Process tree of one worker (research/sandbox.md §5)::
+Process tree of one worker (docs/sandbox.md, "Design (fork server)")::
 
     outer (joins the worker cgroups, unshares net/mount/pid namespaces, waits)
     └── zygote (pid 1 of the new pid namespace; tmpfs scratch, scrubbed env, Landlock; never runs
@@ -28,10 +28,10 @@ import sys
 import time
 from typing import Any
 
-from codea1.sandbox import isolation, landlock, seccomp
-from codea1.sandbox.harness import harness_main
-from codea1.sandbox.program import program_main, warm_up
-from codea1.sandbox.value_codec import CodecError, decode
+from codea1.sandbox.worker import isolation, landlock, seccomp
+from codea1.sandbox.worker.harness import harness_main
+from codea1.sandbox.worker.program import program_main, warm_up
+from codea1.sandbox.worker.value_codec import CodecError, decode
 
 _HEADER = struct.Struct("<I")
 _PRELOAD = (

@@ -1,6 +1,6 @@
 """Hand-assembled seccomp BPF filters, installed with ``prctl`` through ctypes (x86_64 only).
 
-Two filters (research/sandbox.md §5):
+Two filters (docs/sandbox.md, "Layers"):
 
 * **program** (F1, loaded by the program process before it runs untrusted definitions): denies
   exec; every ``socket(2)`` of any family, and ``bind``/``connect``/``listen``/``accept`` (so no
@@ -21,7 +21,7 @@ import errno
 import os
 import struct
 
-from codea1.sandbox.probe import denied_in_child
+from codea1.sandbox.worker.probe import denied_in_child
 
 AUDIT_ARCH_X86_64 = 0xC000003E
 _RET_ALLOW = 0x7FFF0000
