@@ -307,6 +307,12 @@ class TrainConfig:
     keep_last: int = 2
     """Checkpoints kept."""
 
+    @property
+    def trains_tester(self) -> bool:
+        """The method has a Test LLM that writes suites and is trained (a1, selfplay; golden has
+        none: no tester rollouts, no Mistake Book, no ``tester/`` metrics)."""
+        return self.method != "golden"
+
 
 @dataclass
 class EvalConfig:
@@ -413,7 +419,7 @@ def check_invariants(cfg: RunConfig) -> None:
     for role in ("coder", "tester"):
         s: SamplingConfig = getattr(cfg, role).sampling
         o: OptimConfig = getattr(cfg, role).optim
-        if s.n < 2 and not (role == "tester" and cfg.train.method == "golden"):
+        if s.n < 2 and (role == "coder" or cfg.train.trains_tester):
             errors.append(
                 f"{role}.sampling.n={s.n}: GRPO needs a group size >= 2 (advantages are 0 otherwise)"
             )

@@ -97,11 +97,11 @@ def size_errors(cfg: RunConfig) -> list[str]:
         errors.append(f"tester.tests_per_suite must be >= 1, got {cfg.tester.tests_per_suite}")
     if not errors:
         b, nc, nt = cfg.data.problems_per_step, cfg.coder.sampling.n, cfg.tester.sampling.n
-        total = b * nc * (1 if cfg.train.method == "golden" else 1 + nt)
+        total = b * nc * (1 + nt if cfg.train.trains_tester else 1)
         if total > MAX_COMPLETIONS_PER_STEP:
             errors.append(
                 f"a step would sample {total:,} completions (data.problems_per_step={b} x coder.sampling.n="
-                f"{nc}" + ("" if cfg.train.method == "golden" else f" x (1 + tester.sampling.n={nt})")
+                f"{nc}" + (f" x (1 + tester.sampling.n={nt})" if cfg.train.trains_tester else "")
                 + f"), more than the maximum {MAX_COMPLETIONS_PER_STEP:,}"
             )  # fmt: skip
     return errors

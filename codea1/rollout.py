@@ -3,7 +3,8 @@ completions (docs/algorithm.md, steps 2–5).
 
 Each phase is a separate function so the trainer can time it: :func:`coder_prompts`,
 :func:`sample`, :func:`extract_codes`, :func:`tester_prompts`, then :func:`assemble` joins
-everything into one :class:`Rollout`.
+everything into one :class:`Rollout`, and :func:`scoring_items` hands it to scoring (with the code
+already extracted).
 
 Decisions:
 
@@ -34,6 +35,7 @@ from codea1.core.selection import select_groups
 from codea1.data.parsing import extract_code
 from codea1.data.prompts import coder_messages, tester_messages
 from codea1.engine.base import Completion, Policy, SamplingParams, TrainBatch
+from codea1.scoring import ScoringItem
 from codea1.types import CodeExtraction, Problem
 
 Role = Literal["coder", "tester"]
@@ -190,6 +192,20 @@ def assemble(
     return Rollout(tuple(out), tuple(skipped))
 
 
+def scoring_items(rollout: Rollout) -> list[ScoringItem]:
+    """The step's problems as scoring inputs: every code's text with the code
+    :func:`extract_codes` already found in it (extracted once per step), and its suites' texts."""
+    return [
+        ScoringItem(
+            pr.problem,
+            tuple(c.completion.text for c in pr.codes),
+            tuple(tuple(s.text for s in su) for su in pr.suites),
+            tuple(c.extraction for c in pr.codes),
+        )
+        for pr in rollout.problems
+    ]
+
+
 @dataclass(frozen=True)
 class ScoredSample:
     """A completion with its scalar reward, its GRPO group and where it came from.
@@ -219,12 +235,8 @@ class RoleBatch:
 
     def merge(self, other: RoleBatch) -> RoleBatch:
         """Both batches as one (a shared model updates on its two roles' samples at once)."""
-        t, o = self.train, other.train
-        train = TrainBatch(
-            t.prompt_ids + o.prompt_ids, t.completion_ids + o.completion_ids, t.advantages + o.advantages
-        )
         return RoleBatch(
-            train,
+            TrainBatch.concat([self.train, other.train]),
             self.sampling_logprobs + other.sampling_logprobs,
             self.rewards + other.rewards,
             self.sources + other.sources,
@@ -264,18 +276,17 @@ def coder_samples(rollout: Rollout, scores: Sequence[Any]) -> list[ScoredSample]
 
 
 def tester_samples(
-    rollout: Rollout, scores: Sequence[Any], update_n: int, method: str
+    rollout: Rollout, scores: Sequence[Any], update_n: int
 ) -> tuple[list[ScoredSample], list[list[int]]]:
     """The suites that train the tester, and the selected code indices per problem.
 
     White-box: group = the n_t suites of one code; per problem only the ``update_n`` codes with the
     largest reward spread are kept (docs/algorithm.md, step 8); codes without suites never compete. Black-box
     (shared suites): one group per problem, a suite's reward is its mean R_T over the codes it scored.
+    A rollout without suites (golden: no Test LLM) gives none.
     """
     out: list[ScoredSample] = []
     selected: list[list[int]] = []
-    if method == "golden":
-        return out, selected
     for pi, (pr, score) in enumerate(zip(rollout.problems, scores, strict=True)):
         with_suites = [ci for ci, su in enumerate(pr.suites) if su]
         if not with_suites:

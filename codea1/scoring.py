@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeAlias
 
 from codea1.config import LossConfig, RewardConfig
@@ -49,6 +49,19 @@ class ScoringItem:
     problem: Problem
     code_texts: tuple[str, ...]
     suite_texts: tuple[tuple[str, ...], ...]
+    code_extractions: tuple[CodeExtraction, ...] | None = None
+    """The code ``extract_code`` found in each of ``code_texts``, when the caller already has it
+    (the trainer extracts once per step); None: scoring extracts it."""
+
+    def extracted_codes(self) -> tuple[CodeExtraction, ...]:
+        """The code of every response: ``code_extractions``, or extracted now."""
+        if self.code_extractions is not None:
+            if len(self.code_extractions) != len(self.code_texts):
+                raise ValueError(
+                    f"{len(self.code_extractions)} code extractions for {len(self.code_texts)} code texts"
+                )
+            return self.code_extractions
+        return tuple(extract_code(t, self.problem.entry_point) for t in self.code_texts)
 
 
 @dataclass(frozen=True)
@@ -140,7 +153,7 @@ def _program(problem: Problem, code: str) -> str:
 
 def _prepare(item: ScoringItem, history: Sequence[TestCase]) -> _Prepared:
     p = item.problem
-    codes = tuple(extract_code(t, p.entry_point) for t in item.code_texts)
+    codes = item.extracted_codes()
     suites = tuple(tuple(extract_tests(t, p.entry_point) for t in row) for row in item.suite_texts)
     run_index = {c: i for i, c in enumerate([c for c, e in enumerate(codes) if e.ok])}
     prep = _Prepared(item, codes, suites, run_index)
@@ -369,7 +382,7 @@ def score_golden(
     preps, rejected = [], []
     for it in items:
         p = it.problem
-        prep = _prepare(ScoringItem(p, it.code_texts, tuple(() for _ in it.code_texts)), ())
+        prep = _prepare(replace(it, suite_texts=tuple(() for _ in it.code_texts)), ())
         n_rej = 0
         for snippet in p.golden_tests:
             ext = extract_tests(snippet, p.entry_point)

@@ -14,7 +14,7 @@ import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from codea1.cli import CliError
 from codea1.cli.options import check_workers
@@ -22,6 +22,9 @@ from codea1.cli.resume import RESUME_CONFIG, finished_step, resume_config
 from codea1.config import RunConfig, load_config
 from codea1.limits import MAX_WORKERS
 from codea1.run_lock import LOCK_FILE, RunDirBusy, RunDirLock
+
+if TYPE_CHECKING:  # the engine's seam imports torch: the cli loads it only when it trains
+    from codea1.engine.base import Roles
 
 
 def register(subparsers: Any) -> None:
@@ -173,7 +176,7 @@ def in_run_evaluator(cfg: RunConfig, run_dir: Path, train_problems: list[Any]) -
     return evaluator
 
 
-def build_models(cfg: RunConfig, problems: list[Any], rollout: str | None = None) -> Any:
+def build_models(cfg: RunConfig, problems: list[Any], rollout: str | None = None) -> Roles:
     """The engine's roles (:func:`codea1.engine.build.build`); a build failure is a one-line error."""
     from codea1.engine.build import EngineBuildError, build
 
@@ -263,8 +266,7 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, held: ExitStack) -> Any:
     if not resume and cfg.engine.kind == "scripted":
         byte_lengths(cfg)
     models = build_models(cfg, problems, rollout=sampler)
-    if hasattr(models, "close"):  # remote engines (engine.backend=ray): stop their actors at the end
-        held.callback(models.close)
+    held.callback(models.close)  # the Ray backend stops its actors; local engines hold nothing
     try:
         if cfg.engine.backend == "ray" and cfg.cluster.sandbox_fanout:
             sandbox = held.enter_context(ClusterSandbox(cfg.sandbox, cfg.cluster.sandbox_batch))

@@ -2,16 +2,19 @@
 
 A ``Policy`` samples completions; a ``Learner`` computes log-probs and applies updates with a loss
 function supplied by the caller (from ``codea1.core.losses``), so every engine trains the same
-objective. Weights move from a learner to a policy only through the trainer:
+objective. ``engine.build`` returns the run's :class:`Roles`: each role's policy and learner, and
+``close()``. Weights move from a learner to a policy only through the trainer:
 ``learner.named_weights()`` → ``policy.load_weights(...)`` (full weights) or
 ``policy.load_adapter(learner.adapter, ...)`` (one role's LoRA tensors), see :func:`push_weights`.
+A :class:`TrainBatch` is cut (mini-batches, micro-batches, data-parallel shares) only with
+:meth:`TrainBatch.slice` and joined only with :meth:`TrainBatch.concat`.
 Concrete engines (``hf_local``, ``vllm_local``, ``scripted``) are leaves built by ``engine.build``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -66,10 +69,40 @@ class TrainBatch:
     advantages: list[float]
     old_logprobs: list[tuple[float, ...]] | None = None
     ref_logprobs: list[tuple[float, ...]] | None = None
-    meta: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.completion_ids)
+
+    def slice(self, start: int, stop: int) -> TrainBatch:
+        """Sequences ``start:stop`` (list-slice semantics: past the end is empty), every
+        per-sequence field cut alike."""
+        lo, hi = int(start), int(stop)
+
+        def cut(values: list | None) -> list | None:
+            return None if values is None else values[lo:hi]
+
+        return TrainBatch(
+            self.prompt_ids[lo:hi], self.completion_ids[lo:hi], self.advantages[lo:hi],
+            cut(self.old_logprobs), cut(self.ref_logprobs),
+        )  # fmt: skip
+
+    @classmethod
+    def concat(cls, batches: Sequence[TrainBatch]) -> TrainBatch:
+        """The batches' sequences one after the other. An optional field is kept when every batch
+        has it and None when none has; a mix raises ``ValueError``."""
+
+        def join(name: str) -> list | None:
+            values = [getattr(b, name) for b in batches]
+            if all(v is None for v in values):
+                return None
+            if any(v is None for v in values):
+                raise ValueError(f"TrainBatch.concat: {name} is set on some batches only")
+            return [x for v in values for x in v]
+
+        return cls(
+            [p for b in batches for p in b.prompt_ids], [c for b in batches for c in b.completion_ids],
+            [a for b in batches for a in b.advantages], join("old_logprobs"), join("ref_logprobs"),
+        )  # fmt: skip
 
 
 LossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
@@ -87,6 +120,13 @@ class EngineFailure(RuntimeError):
 
 class Policy(Protocol):
     """Samples completions for chat-formatted prompts."""
+
+    name: str
+    """The sampling engine (``transformers``, ``vllm``, ``scripted``), logged as ``rollout/engine/<name>``."""
+
+    last_stats: dict[str, float]
+    """What the latest :meth:`generate` measured (``sequences``, ``new_tokens``, ``seconds``, and
+    ``tokens_per_s`` where the engine times it); empty before the first call."""
 
     def render(self, messages: Sequence[dict[str, str]]) -> str:
         """Apply the model's chat template to a message list and return the prompt text."""
@@ -161,3 +201,26 @@ def push_weights(learner: Learner, policy: Policy) -> None:
         policy.load_weights(weights)
     else:
         policy.load_adapter(learner.adapter, weights)
+
+
+class Roles(Protocol):
+    """The run's two roles as :func:`codea1.engine.build.build` made them: each role's policy
+    (samples) and learner (trains). When one model plays both roles (self-play, golden) the tester's
+    policy and learner are the coder's objects."""
+
+    @property
+    def coder_policy(self) -> Policy: ...
+
+    @property
+    def coder_learner(self) -> Learner: ...
+
+    @property
+    def tester_policy(self) -> Policy: ...
+
+    @property
+    def tester_learner(self) -> Learner: ...
+
+    def close(self) -> None:
+        """Release what the engine holds outside this process (the Ray backend's actors and
+        placement group); a no-op for engines living in this process. Called once, at the end."""
+        ...

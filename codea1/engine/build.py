@@ -5,16 +5,16 @@
 it imports, else transformers). Concrete engines are imported lazily, so a scripted run never loads
 torch models and a transformers run never imports vLLM.
 
-Imports: config, types, engine (its leaves, lazily).
+Imports: config, types, engine.base, engine (its leaves, lazily).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
 
 from codea1.config import EngineConfig, OptimConfig, RunConfig
+from codea1.engine.base import EngineFailure, Roles
 from codea1.types import Problem
 
 
@@ -52,9 +52,10 @@ def rollout_engine(engine: EngineConfig) -> tuple[str, str]:
     return ("transformers", f"vLLM is not usable: {error}") if error else ("vllm", "")
 
 
-def build(cfg: RunConfig, problems: Sequence[Problem] = (), *, rollout: str | None = None) -> Any:
-    """The roles of ``cfg``: ``coder_policy``, ``coder_learner``, ``tester_policy``,
-    ``tester_learner`` (the same objects for both roles when one model plays both).
+def build(cfg: RunConfig, problems: Sequence[Problem] = (), *, rollout: str | None = None) -> Roles:
+    """The :class:`~codea1.engine.base.Roles` of ``cfg``: ``coder_policy``, ``coder_learner``,
+    ``tester_policy``, ``tester_learner`` (the same objects for both roles when one model plays
+    both); the caller calls its ``close()`` when the run ends.
 
     ``problems`` feed the scripted engine's script; ``rollout`` overrides the resolved
     ``engine.rollout`` (see :func:`rollout_engine`). Raises :class:`EngineBuildError`.
@@ -91,9 +92,8 @@ def build(cfg: RunConfig, problems: Sequence[Problem] = (), *, rollout: str | No
     return roles
 
 
-def build_on_ray(cfg: RunConfig, sampler: str, shared: bool) -> Any:
+def build_on_ray(cfg: RunConfig, sampler: str, shared: bool) -> Roles:
     """The roles as Ray actors (``engine.backend: ray``, see ``engine/ray_cluster``)."""
-    from codea1.engine.base import EngineFailure
     from codea1.engine.loading import ModelLoadError
     from codea1.engine.ray_cluster import RayUnavailable, build_ray_roles
     from codea1.engine.vllm_local.roles import VLLMStartError

@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from codea1.core.seeds import learner_seed, script_rng
 from codea1.engine.scripted import ScriptedLearner, ScriptedPolicy
@@ -62,12 +61,16 @@ def scripted_script(problems: Sequence[Problem]) -> tuple[Responder, Responder]:
 
 @dataclass
 class ScriptedRoles:
-    """The two roles on the scripted engine (one learner for both when shared)."""
+    """The two roles on the scripted engine (one learner for both when shared): a
+    :class:`~codea1.engine.base.Roles`."""
 
-    coder_policy: Any
-    coder_learner: Any
-    tester_policy: Any
-    tester_learner: Any
+    coder_policy: ScriptedPolicy
+    coder_learner: ScriptedLearner
+    tester_policy: ScriptedPolicy
+    tester_learner: ScriptedLearner
+
+    def close(self) -> None:
+        """Nothing to release: the fakes live in this process."""
 
 
 def scripted_roles(problems: Sequence[Problem], *, seed: int = 0, shared: bool = False) -> ScriptedRoles:

@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 
 from codea1.config import ClusterConfig
-from codea1.engine.base import TrainBatch
 from codea1.engine.ray_cluster.placement import plan
-from codea1.engine.ray_cluster.shares import batch_slice, merge_step_stats, spans
+from codea1.engine.ray_cluster.shares import merge_step_stats, spans
 
 
 def test_split_gives_every_rank_and_replica_its_own_bundle() -> None:
@@ -43,15 +42,6 @@ def test_spans_cover_everything_once_in_order(count: int, parts: int) -> None:
     assert [i for lo, hi in cut for i in range(lo, hi)] == list(range(count))
     sizes = [hi - lo for lo, hi in cut]
     assert max(sizes) - min(sizes) <= 1
-
-
-def test_batch_slice_cuts_every_per_sequence_field() -> None:
-    tb = TrainBatch(prompt_ids=[(1,), (2,), (3,)], completion_ids=[(4,), (5, 6), (7,)], advantages=[0.1, 0.2, 0.3],
-                    old_logprobs=[(-1.0,), (-2.0, -3.0), (-4.0,)], ref_logprobs=None)  # fmt: skip
-    part = batch_slice(tb, 1, 3)
-    assert part.prompt_ids == [(2,), (3,)] and part.completion_ids == [(5, 6), (7,)]
-    assert part.advantages == [0.2, 0.3] and part.old_logprobs == [(-2.0, -3.0), (-4.0,)]
-    assert part.ref_logprobs is None
 
 
 def test_merged_stats_add_shares_and_weight_means() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from scoring_fake_grid import FakeSandbox
 
 from codea1.config import LossConfig, RewardConfig
 from codea1.scoring import ScoringItem, bind_policy_loss, score_batch, score_golden
-from codea1.types import Problem, TestCase
+from codea1.types import CodeExtraction, Problem, TestCase
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "score" / "worked_example.jsonl"
 REF = "def absolute_sum(xs):\n    return sum(abs(x) for x in xs)\n"
@@ -178,3 +179,38 @@ def test_golden_tests_baseline():
 def test_bind_policy_loss_carries_the_config():
     fn = bind_policy_loss(LossConfig(clip_low=0.1, kl_coef=0.0))
     assert fn.keywords["clip_low"] == 0.1 and fn.keywords["kl_coef"] == 0.0
+
+
+def test_given_code_extractions_are_used_not_extracted_again():
+    from codea1.data.parsing import extract_code
+
+    suite = fence("assert absolute_sum([-2, 1]) == 3")
+    texts = (GOOD, BUGGY)
+    extracted = tuple(extract_code(t, "absolute_sum") for t in texts)
+    given = ScoringItem(problem(), texts, ((suite,), (suite,)), extracted)
+    plain = score_batch([replace(given, code_extractions=None)], FakeSandbox(), reward=RewardConfig())
+    assert score_batch([given], FakeSandbox(), reward=RewardConfig()) == plain
+    swapped = ScoringItem(problem(), texts, ((suite,), (suite,)), extracted[::-1])  # what scoring runs
+    (s,) = score_batch([swapped], FakeSandbox(), reward=RewardConfig())
+    assert s.code_rewards == plain[0].code_rewards[::-1] and s.code_extractions == extracted[::-1]
+    golden = replace(given, suite_texts=((), ()))
+    golden_p = replace(golden, problem=problem(golden_tests=("assert absolute_sum([-1]) == 1",)))
+    (g,) = score_golden([golden_p], FakeSandbox())
+    assert g.code_rewards == (1.0, 0.0)
+    with pytest.raises(ValueError, match="1 code extractions for 2 code texts"):
+        given_short = ScoringItem(problem(), texts, ((suite,), (suite,)), extracted[:1])
+        score_batch([given_short], FakeSandbox(), reward=RewardConfig())
+
+
+def test_a_rollouts_scoring_items_carry_the_code_it_extracted():
+    from codea1 import rollout as ro
+    from codea1.engine.base import Completion
+
+    def comp(text: str) -> Completion:
+        return Completion(0, text, (1,), tuple(text.encode()), ())
+
+    codes = tuple(ro.CodeSample(comp(t), CodeExtraction(f"# code {i}")) for i, t in enumerate((GOOD, BUGGY)))
+    suites = ((comp("s1"), comp("s2")), ())
+    (item,) = ro.scoring_items(ro.Rollout((ro.ProblemRollout(problem(), codes, suites),)))
+    assert item.code_texts == (GOOD, BUGGY) and item.suite_texts == (("s1", "s2"), ())
+    assert item.code_extractions == (CodeExtraction("# code 0"), CodeExtraction("# code 1"))

@@ -6,12 +6,12 @@
 
 from codea1.engine.hf_local.learner import HFLearner, lr_factor
 from codea1.engine.hf_local.policy import HFPolicy
-from codea1.engine.hf_local.roles import Roles, build_roles, load_checkpoint_model, load_policy
+from codea1.engine.hf_local.roles import LocalRoles, build_roles, load_checkpoint_model, load_policy
 
 __all__ = [
     "HFLearner",
     "HFPolicy",
-    "Roles",
+    "LocalRoles",
     "build_roles",
     "load_checkpoint_model",
     "load_policy",

@@ -59,7 +59,8 @@ def global_normalizer(local: LossNormalizer, device: torch.device) -> tuple[Loss
 
 
 def micro_batch_starts(size: int, micro: int, device: torch.device | None = None) -> range:
-    """Start offsets of the micro-batches of a batch of ``size`` sequences.
+    """Start offsets of the micro-batches of a batch of ``size`` sequences (micro-batch ``lo`` is
+    ``batch.slice(lo, lo + micro)``).
 
     Under ``torch.distributed`` with sharded parameters every rank must run as many forward and
     backward passes as the others, so the count is the largest over the ranks; a rank whose share
@@ -151,7 +152,8 @@ class HFLearner:
         with torch.no_grad():
             device = next(self.weights.train_model().parameters()).device
             for lo in micro_batch_starts(len(batch), size, device):
-                prompts, comps = batch.prompt_ids[lo : lo + size], batch.completion_ids[lo : lo + size]
+                part = batch.slice(lo, lo + size)
+                prompts, comps = part.prompt_ids, part.completion_ids
                 if not comps:  # a filler pass: this rank's share ran out (see micro_batch_starts)
                     prompts, comps = [(self.pad_id,)], [(self.pad_id,)]
                 if reference:
@@ -198,22 +200,21 @@ class HFLearner:
         try:
             size = self.optim_cfg.micro_batch_size
             for lo in micro_batch_starts(len(batch), size, device):
-                sl = slice(lo, lo + size)
-                comps = batch.completion_ids[sl]
+                part = batch.slice(lo, lo + size)
+                comps = part.completion_ids
                 if not comps:  # a filler pass: sharded layers need every rank's forward and backward
                     lp, _, _ = self._score(model, [(self.pad_id,)], [(self.pad_id,)], with_grad=True)
                     (lp.sum() * 0.0).backward()
                     continue
-                lp, ent, mask = self._score(model, batch.prompt_ids[sl], comps, with_grad=True)
+                lp, ent, mask = self._score(model, part.prompt_ids, comps, with_grad=True)
                 width = lp.shape[1]
-                ref = batch.ref_logprobs
-                given = batch.old_logprobs
-                old = lp.detach() if given is None else padded_values(given[sl], width, device)
+                ref, given = part.ref_logprobs, part.old_logprobs
+                old = lp.detach() if given is None else padded_values(given, width, device)
                 loss, stats = loss_fn(
                     lp,
                     old,
-                    None if ref is None else padded_values(ref[sl], width, device),
-                    torch.tensor(batch.advantages[sl], dtype=torch.float32, device=device),
+                    None if ref is None else padded_values(ref, width, device),
+                    torch.tensor(part.advantages, dtype=torch.float32, device=device),
                     mask,
                     ent if self.entropy else None,
                     normalizer=normalizer,

@@ -19,6 +19,7 @@ from typing import Any, Literal
 import torch
 
 from codea1.config import EngineConfig, LossConfig, OptimConfig
+from codea1.engine.base import Policy
 from codea1.engine.hf_local.learner import WEIGHTS_FILE, HFLearner
 from codea1.engine.hf_local.policy import HFPolicy
 from codea1.engine.hf_local.weights import (
@@ -33,15 +34,21 @@ from codea1.engine.lora import base_weights
 
 
 @dataclass
-class Roles:
-    """The two roles' engines. With ``shared`` the coder and tester attributes are the same objects."""
+class LocalRoles:
+    """The two roles' engines in this process (a :class:`~codea1.engine.base.Roles`). With
+    ``shared`` the coder and tester attributes are the same objects. ``vllm_local.attach_vllm``
+    swaps the policies for vLLM ones."""
 
-    coder_policy: HFPolicy
+    coder_policy: Policy
+    """An :class:`HFPolicy`, or a ``VLLMPolicy`` once ``attach_vllm`` swapped it in."""
     coder_learner: HFLearner
-    tester_policy: HFPolicy
+    tester_policy: Policy
     tester_learner: HFLearner
     tokenizer: Any
     """The coder's tokenizer (the tester's is ``tester_policy.tokenizer``)."""
+
+    def close(self) -> None:
+        """Nothing to release: the models live in this process and go with it."""
 
 
 def build_roles(
@@ -57,7 +64,7 @@ def build_roles(
     batch_size: int = 16,
     rollout: Literal["merged", "unmerged"] = "merged",
     seed: int = 0,
-) -> Roles:
+) -> LocalRoles:
     """Load the model(s) named by ``engine_cfg`` and wire each role's policy and learner.
 
     ``total_steps`` is the number of optimizer steps of each learner (for the lr schedule).
@@ -87,7 +94,7 @@ def build_roles(
             learner(coder_w, coder_optim, temperature_coder, tok),
         )
         if shared:
-            return Roles(coder[0], coder[1], coder[0], coder[1], tok)
+            return LocalRoles(coder[0], coder[1], coder[0], coder[1], tok)
         if tester_spec == engine_cfg.coder_model:  # same start: the roles share one frozen reference
             tester_model, tester_tok = copy.deepcopy(model), tok
             tester_w = FullWeights(tester_model, keep_reference, reference=coder_w.reference)
@@ -98,7 +105,7 @@ def build_roles(
             HFPolicy(ModuleRollout(tester_model), tester_tok, batch_size, "tester"),
             learner(tester_w, tester_optim, temperature_tester, tester_tok),
         )
-        return Roles(coder[0], coder[1], tester[0], tester[1], tok)
+        return LocalRoles(coder[0], coder[1], tester[0], tester[1], tok)
 
     if tester_spec != engine_cfg.coder_model:
         raise ValueError(
@@ -118,13 +125,13 @@ def build_roles(
         learner(coder_w, coder_optim, temperature_coder, tok),
     )
     if shared:
-        return Roles(coder[0], coder[1], coder[0], coder[1], tok)
+        return LocalRoles(coder[0], coder[1], coder[0], coder[1], tok)
     tester_w = AdapterWeights(peft_model, "tester")
     tester = (
         HFPolicy(sampler, tok, batch_size, "tester"),
         learner(tester_w, tester_optim, temperature_tester, tok),
     )
-    return Roles(coder[0], coder[1], tester[0], tester[1], tok)
+    return LocalRoles(coder[0], coder[1], tester[0], tester[1], tok)
 
 
 def load_trainable(engine_cfg: EngineConfig, spec: str) -> tuple[Any, Any]:

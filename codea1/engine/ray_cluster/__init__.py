@@ -31,7 +31,8 @@ __all__ = [
 
 @dataclass
 class RayRoles:
-    """The two roles on the cluster (with one shared model, the tester's are the coder's)."""
+    """The two roles on the cluster (with one shared model, the tester's are the coder's): a
+    :class:`~codea1.engine.base.Roles`."""
 
     coder_policy: RayPolicy
     coder_learner: RayLearnerGroup

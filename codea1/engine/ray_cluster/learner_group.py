@@ -24,7 +24,7 @@ from codea1.engine.base import LossFn, TrainBatch
 from codea1.engine.ray_cluster.learner_worker import LearnerWorker
 from codea1.engine.ray_cluster.placement import Layout
 from codea1.engine.ray_cluster.session import gather, import_ray
-from codea1.engine.ray_cluster.shares import batch_slice, merge_step_stats, spans
+from codea1.engine.ray_cluster.shares import merge_step_stats, spans
 
 
 class RemoteWeights(Mapping[str, torch.Tensor]):
@@ -73,7 +73,7 @@ class RayLearnerGroup:
         gather([w.setup.remote(master, optim, total_steps) for w in self.workers], self.what)
 
     def _shares(self, batch: TrainBatch) -> list[TrainBatch]:
-        return [batch_slice(batch, lo, hi) for lo, hi in spans(len(batch), len(self.workers))]
+        return [batch.slice(lo, hi) for lo, hi in spans(len(batch), len(self.workers))]
 
     def logprobs(self, batch: TrainBatch, reference: bool = False) -> list[tuple[float, ...]]:
         """Per-token log-probs of the completions, computed by the ranks on their shares."""

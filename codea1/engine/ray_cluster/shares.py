@@ -1,6 +1,7 @@
-"""How the Ray backend cuts work across actors and puts their answers back together (pure).
+"""How the Ray backend cuts work across actors and puts their answers back together (pure): a
+batch's share of each rank is ``batch.slice(*span)`` over :func:`spans`.
 
-Imports: engine.base, core.losses.
+Imports: core.losses.
 """
 
 from __future__ import annotations
@@ -8,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from codea1.core.losses import ADDITIVE_STATS
-from codea1.engine.base import TrainBatch
 
 
 def spans(count: int, parts: int) -> list[tuple[int, int]]:
@@ -21,22 +21,6 @@ def spans(count: int, parts: int) -> list[tuple[int, int]]:
         out.append((lo, hi))
         lo = hi
     return out
-
-
-def batch_slice(batch: TrainBatch, lo: int, hi: int) -> TrainBatch:
-    """Sequences ``lo:hi`` of ``batch`` (per-sequence fields cut alike)."""
-
-    def cut(values: list | None) -> list | None:
-        return None if values is None else values[lo:hi]
-
-    return TrainBatch(
-        prompt_ids=batch.prompt_ids[lo:hi],
-        completion_ids=batch.completion_ids[lo:hi],
-        advantages=batch.advantages[lo:hi],
-        old_logprobs=cut(batch.old_logprobs),
-        ref_logprobs=cut(batch.ref_logprobs),
-        meta=dict(batch.meta),
-    )
 
 
 def merge_step_stats(per_rank: Sequence[dict[str, float]], weights: Sequence[float]) -> dict[str, float]:

@@ -36,11 +36,14 @@ from codea1.sandbox.worker.program import (
     write_all,
 )
 from codea1.sandbox.worker.value_codec import (
+    DIGEST_BYTES,
+    RESULT_DIGEST,
     RESULT_RAISE,
     RESULT_UNENCODABLE,
     RESULT_VALUE,
     CodecError,
     decode,
+    digest,
     encode,
     frame,
 )  # fmt: skip
@@ -93,6 +96,53 @@ class NotPlainValue:
 
 for _name in _USES:
     setattr(NotPlainValue, f"__{_name}__", NotPlainValue._refuse)
+
+
+class EncodedDigest:
+    """Stands for a returned value too large to ship (its encoding is over ``max_output_bytes``:
+    MBPP/255's combinations are over 1 GB): the digest of its encoding, made by the call server.
+
+    It equals a value exactly when that value, encoded here in H, has the same digest
+    (:func:`value_codec.digest`: SHA-256 and length of the canonical encoding), so the candidate
+    can match an expected value only by producing it: the digest is of no use without the value.
+    Equality is of encodings, so it is stricter than ``==`` where ``==`` is loose (sets and dicts
+    built in another order, ``0.0`` and ``-0.0``, ``1`` and ``1.0`` differ) and a tolerance
+    comparison (``np.allclose``) fails. Any other use fails the check, as for
+    :class:`NotPlainValue`.
+    """
+
+    __slots__ = ("_proxy", "_digest", "_last")
+
+    def __init__(self, proxy: CandidateProxy, value_digest: bytes) -> None:
+        object.__setattr__(self, "_proxy", proxy)
+        object.__setattr__(self, "_digest", value_digest)
+        object.__setattr__(self, "_last", None)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is EncodedDigest:
+            return object.__getattribute__(self, "_digest") == object.__getattribute__(other, "_digest")
+        last = object.__getattribute__(self, "_last")
+        if last is not None and last[0] is other:  # `out != exp` then `out == exp`: digest once
+            theirs = last[1]
+        else:
+            try:
+                theirs = digest(other)
+            except (CodecError, RecursionError):
+                theirs = b""
+            object.__setattr__(self, "_last", (other, theirs))  # holds `other`: its id stays its own
+        return theirs == object.__getattribute__(self, "_digest")
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        object.__getattribute__(self, "_proxy")._fail("fail", "used a returned value too large to ship")
+        raise NotPlainData("the candidate returned a value too large to ship; only == can compare it")
+
+
+for _name in _USES:
+    if _name not in ("eq", "ne"):
+        setattr(EncodedDigest, f"__{_name}__", EncodedDigest._refuse)
 
 
 def is_plain(value: Any) -> bool:
@@ -192,6 +242,11 @@ class CandidateProxy:
                 what = getattr(value, "type_name", None) or getattr(value, "qualname", None)
                 return NotPlainValue(self, str(what or type(value).__name__)[:100])
             return value
+        if kind == RESULT_DIGEST:
+            if len(body) != DIGEST_BYTES:
+                self._fail("error", "protocol violation: malformed digest answer")
+                raise CandidateGone("protocol violation")
+            return EncodedDigest(self, bytes(body))
         if kind == RESULT_UNENCODABLE:
             self._fail("fail", "unencodable value")
             raise NotPlainData("the candidate returned a value that cannot be encoded")

@@ -16,6 +16,8 @@ The sandbox worker loads this module, which must stay lean.
 
 from __future__ import annotations
 
+import hashlib
+import marshal
 import struct
 from typing import Any
 
@@ -30,6 +32,10 @@ _F64 = struct.Struct("<d")
 
 class CodecError(ValueError):
     """A value that cannot be encoded within the caps, or bytes that are not a valid encoding."""
+
+
+class TooLarge(CodecError):
+    """A value whose encoding exceeds the byte cap (it may still be digested: :func:`digest`)."""
 
 
 class Opaque:
@@ -256,7 +262,7 @@ class _Encoder:
 
     def put(self, data: bytes) -> None:
         if len(self.out) + len(data) > self.max_bytes:
-            raise CodecError(f"too large (> {self.max_bytes} bytes)")
+            raise TooLarge(f"too large (> {self.max_bytes} bytes)")
         self.out += data
 
     def put_blob(self, tag: bytes, blob: bytes) -> None:
@@ -274,7 +280,7 @@ class _Encoder:
         elif t is int:
             nbytes = (v.bit_length() + 8) // 8
             if nbytes > self.max_bytes:
-                raise CodecError(f"too large (> {self.max_bytes} bytes)")
+                raise TooLarge(f"too large (> {self.max_bytes} bytes)")
             self.put_blob(b"i", v.to_bytes(nbytes, "little", signed=True))
         elif t is float:
             self.put(b"f" + _F64.pack(v))
@@ -282,11 +288,11 @@ class _Encoder:
             self.put(b"c" + _F64.pack(v.real) + _F64.pack(v.imag))
         elif t is str:
             if len(v) > self.max_bytes:
-                raise CodecError(f"too large (> {self.max_bytes} bytes)")
+                raise TooLarge(f"too large (> {self.max_bytes} bytes)")
             self.put_blob(b"s", v.encode("utf-8", "surrogatepass"))
         elif t is bytes or t is bytearray:
             if len(v) > self.max_bytes:
-                raise CodecError(f"too large (> {self.max_bytes} bytes)")
+                raise TooLarge(f"too large (> {self.max_bytes} bytes)")
             self.put_blob(b"b", bytes(v))
         elif t is list or t is tuple or t is set or t is frozenset:
             tag = {list: b"l", tuple: b"t", set: b"S", frozenset: b"Z"}[t]
@@ -335,6 +341,73 @@ class _Encoder:
             self.value(key, depth + 1)
             self.value(item, depth + 1)
         del self.enclosing[id(v)]
+
+
+class _DigestEncoder(_Encoder):
+    """The encoder that feeds a running SHA-256 instead of a buffer: no encoding is ever held."""
+
+    def __init__(self, max_bytes: int, max_depth: int) -> None:
+        super().__init__(max_bytes, max_depth)
+        self.hash = hashlib.sha256()
+        self.length = 0
+
+    def put(self, data: bytes) -> None:
+        if self.length + len(data) > self.max_bytes:
+            raise TooLarge(f"too large to digest (> {self.max_bytes} bytes)")
+        self.hash.update(data)
+        self.length += len(data)
+
+
+DIGEST_MAX_BYTES = 1 << 36
+"""Largest encoding :func:`digest` hashes (64 GiB: more than any sandboxed program can build)."""
+
+
+DIGEST_BYTES = 41
+"""A digest: one scheme byte, SHA-256 (32 bytes), the hashed length (8 bytes, little-endian)."""
+
+
+def digest(value: Any, max_bytes: int = DIGEST_MAX_BYTES, max_depth: int = MAX_DEPTH) -> bytes:
+    """A fingerprint of ``value`` that two processes compute alike for equal plain data, without
+    holding an encoding of it whole (:data:`DIGEST_BYTES` long).
+
+    Fast scheme (``m``): SHA-256 of ``marshal`` version 0 of each element of a list or tuple
+    (of the value itself otherwise), after a header naming the container and its length. Version 0
+    writes every string in full (no interning flags, no back-references), so the bytes depend on
+    the value only, not on which objects it shares. Any value ``marshal`` refuses (an instance of
+    a subclass or a class, a value nested too deep) takes the slow scheme (``c``): SHA-256 of this
+    module's encoding, fed as it is produced. Set and dict order count, as in :func:`encode`.
+    MBPP/255's 1.7 million 77-tuples (1.2 GB) take about 6 s in the fast scheme, 150 s in the
+    slow one. :class:`CodecError` as :func:`encode` when even the slow scheme cannot."""
+    try:
+        return _marshal_digest(value)
+    except (ValueError, RecursionError):  # not marshalable as such: the encoding itself
+        pass
+    enc = _DigestEncoder(max_bytes, max_depth)
+    try:
+        enc.value(value, 0)
+    except RecursionError as e:
+        raise CodecError("too deep (recursion)") from e
+    return b"c" + enc.hash.digest() + enc.length.to_bytes(8, "little")
+
+
+def _marshal_digest(value: Any) -> bytes:
+    """The fast scheme of :func:`digest`; ``ValueError`` when ``marshal`` refuses a part."""
+    h = hashlib.sha256()
+    t = type(value)
+    if t is list or t is tuple:
+        items = list(value)
+        header = (b"l" if t is list else b"t") + _U32.pack(len(items))
+        h.update(header)
+        length = len(header)
+        for item in items:
+            data = marshal.dumps(item, 0)
+            h.update(data)
+            length += len(data)
+    else:
+        data = marshal.dumps(value, 0)
+        h.update(data)
+        length = len(data)
+    return b"m" + h.digest() + length.to_bytes(8, "little")
 
 
 def encode(value: Any, max_bytes: int = 65536, max_depth: int = MAX_DEPTH) -> bytes:
@@ -464,7 +537,7 @@ TEST_RECORD = struct.Struct("<Iid?")
 """Head of a program's per-test frame, after the tag ``b"T"``: expression index, exit code (negative:
 killed by that signal), CPU seconds, killed by the wall backstop. The test child's own frame
 follows; its payload is one kind byte (``RESULT_*``) and a body."""
-RESULT_VALUE, RESULT_RAISE, RESULT_UNENCODABLE = b"o", b"r", b"u"
+RESULT_VALUE, RESULT_RAISE, RESULT_UNENCODABLE, RESULT_DIGEST = b"o", b"r", b"u", b"h"
 """Kinds of a test child's result: a codec-encoded value; an exception type name; why the value
 could not be encoded (both UTF-8)."""
 
