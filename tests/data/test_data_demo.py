@@ -55,3 +55,17 @@ def test_demo_reference_passes_its_golden_tests(problem: Problem) -> None:
     )
     result = subprocess.run([sys.executable, "-"], input=program, capture_output=True, text=True, timeout=30)
     assert result.returncode == 0, result.stderr[-1500:]
+
+
+def test_easy_demo_splits_are_disjoint_and_their_references_pass_their_asserts() -> None:
+    train, heldout = load_problems("demo:easy-train"), load_problems("demo:easy-heldout")
+    assert (len(train), len(heldout)) == (12, 9)
+    assert not {p.id for p in train} & {p.id for p in heldout}
+    assert [p.id for p in load_problems("demo:easy")] == [p.id for p in train + heldout]
+    assert {p.split for p in train} == {"easy-train"} and {p.split for p in heldout} == {"easy-heldout"}
+    assert not {p.id for p in train + heldout} & {p.id for p in DEMO}
+    for p in train + heldout:
+        ns: dict = {}
+        exec(p.reference, ns)
+        for test in p.golden_tests:
+            exec(test, ns)
