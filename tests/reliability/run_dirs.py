@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -17,6 +19,17 @@ FAST = [
     "--set", "train.save_every=2", "--set", "train.keep_last=3",
 ]  # fmt: skip
 """A seconds-long scripted run with a checkpoint every second step, three kept."""
+
+
+def private_copy(run_dir: Path, tmp_path: Path, chdir: Callable[[Path], object]) -> Path:
+    """A copy of ``run_dir`` under ``tmp_path``, with the working directory (``chdir``, e.g.
+    ``monkeypatch.chdir``) moved to an empty folder beside it."""
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    chdir(cwd)
+    return copy
 
 
 def train(*argv: str) -> tuple[int, str, str]:

@@ -5,7 +5,6 @@ a clear refusal, changing nothing, when no checkpoint is intact."""
 from __future__ import annotations
 
 import json
-import shutil
 import sqlite3
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import pytest
 
 from codea1.replay.mistake_book import APPLICATION_ID, SCHEMA_VERSION
 
-from .run_dirs import assert_one_line_error, make_run, metrics_steps, set_steps, snapshot, train
+from .run_dirs import assert_one_line_error, make_run, metrics_steps, private_copy, set_steps, snapshot, train
 
 
 @pytest.fixture(scope="module")
@@ -28,11 +27,7 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def run(finished_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A private copy of the finished run; the working directory is an empty folder beside it."""
-    copy = tmp_path / "run"
-    shutil.copytree(finished_run, copy)
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    monkeypatch.chdir(cwd)
+    copy = private_copy(finished_run, tmp_path, monkeypatch.chdir)
     return copy
 
 

@@ -4,7 +4,6 @@ untouched (not even its lock file, Mistake Book or TensorBoard directory changes
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ import yaml
 
 from codea1.cli import train as train_cli
 
-from .run_dirs import assert_one_line_error, snapshot, train
+from .run_dirs import assert_one_line_error, private_copy, snapshot, train
 
 TENSORBOARD = ["--engine", "scripted", "--progress", "plain", "--set", "train.save_every=2"]
 """A seconds-long scripted run, as ``FAST``, that writes TensorBoard event files."""
@@ -31,11 +30,7 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def run(finished_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A private copy of the finished run; nothing may build an engine (a refusal comes first)."""
-    copy = tmp_path / "run"
-    shutil.copytree(finished_run, copy)
-    cwd = tmp_path / "cwd"
-    cwd.mkdir()
-    monkeypatch.chdir(cwd)
+    copy = private_copy(finished_run, tmp_path, monkeypatch.chdir)
 
     def no_engine(*args: object, **kwargs: object) -> None:
         raise AssertionError("an engine was built")
