@@ -268,27 +268,23 @@ MB in the harness costs more CPU than the check's budget (MBPP/255: four answers
 the one of 1.2 GB), while ``marshal`` digests them at C speed on both sides."""
 
 
-def _result(call: Any, max_bytes: int, digest_large: bool = False) -> bytes:
+def _result(call: Any, max_bytes: int, digest_above: int | None = None) -> bytes:
     """Run ``call()`` and encode what it did: a value, an exception type name, or why not encodable.
 
-    With ``digest_large`` (a harness's call), a value whose encoding exceeds ``max_bytes`` is sent
-    as the digest of its encoding (:func:`value_codec.digest`); the harness compares it with the
-    digest of the value it expects."""
+    With ``digest_above`` (a harness's call), a value whose encoding exceeds that many bytes is sent
+    as its digest (:func:`value_codec.digest`); the harness compares it with the digest of the value
+    it expects."""
     try:
         value = call()
     except BaseException as e:  # noqa: BLE001
         return RESULT_RAISE + _utf8(type_name(e))
     try:
-        return RESULT_VALUE + encode(value, max_bytes)
-    except TooLarge as e:
-        if not digest_large:
-            return RESULT_UNENCODABLE + _utf8(str(e))
         try:
+            return RESULT_VALUE + encode(value, min(max_bytes, digest_above or max_bytes))
+        except TooLarge:
+            if digest_above is None:
+                raise
             return RESULT_DIGEST + digest(value)
-        except CodecError as e:
-            return RESULT_UNENCODABLE + _utf8(str(e))
-        except BaseException as e:  # noqa: BLE001
-            return RESULT_RAISE + _utf8(type_name(e))
     except CodecError as e:
         return RESULT_UNENCODABLE + _utf8(str(e))
     except BaseException as e:  # noqa: BLE001
@@ -328,8 +324,9 @@ def _serve_calls(fn: Any, max_bytes: int) -> None:
             args, kwargs = decode(request)
         except BaseException:  # noqa: BLE001
             os._exit(123)
-        call = lambda a=args, k=kwargs: fn(*a, **k)  # noqa: E731
-        _reply(CALL_RESPONSE_FD, _result(call, min(max_bytes, DIGEST_ABOVE_BYTES), True), me)
+        _reply(
+            CALL_RESPONSE_FD, _result(lambda a=args, k=kwargs: fn(*a, **k), max_bytes, DIGEST_ABOVE_BYTES), me
+        )
 
 
 def _child_main(expr: str, task: dict[str, Any], ns: dict[str, Any], w: int, setup: tuple[Any, Any]) -> None:
