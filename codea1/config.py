@@ -91,6 +91,11 @@ class OptimConfig:
     """Optimizer steps per training step (the paper's 256/128 = 2)."""
     ppo_epochs: int = 1
     """Passes over the role's samples per training step."""
+    skip_without_signal: bool = False
+    """Take no optimizer step when every advantage of the role's batch is 0 (every group had equal
+    rewards), instead of stepping on the KL term alone. Off in the paper: AdamW's momentum then
+    keeps moving the weights on steps that carry no reward signal (docs/algorithm.md, D10). The
+    learning-rate schedule counts the optimizer steps taken."""
 
 
 @dataclass

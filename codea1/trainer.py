@@ -263,6 +263,8 @@ class Trainer:
             return {f"loss/{role}/optimizer_steps": 0.0}
         optim = (self.cfg.coder if role == "coder" else self.cfg.tester).optim
         tb = batch.train
+        if optim.skip_without_signal and not any(tb.advantages):
+            return {f"loss/{role}/optimizer_steps": 0.0, f"loss/{role}/skipped_without_signal": 1.0}
         n_mini = min(optim.mini_batches, len(tb))
         n_steps = optim.ppo_epochs * n_mini
         if self.cfg.loss.old_logprobs == "sampling":

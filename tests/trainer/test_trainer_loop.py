@@ -187,3 +187,43 @@ def test_sampler_is_without_replacement_per_epoch() -> None:
     assert s2.next() == third
     with pytest.raises(ValueError, match="exceeds"):
         ProblemSampler(1, 2, seed=0)
+
+
+class _CountingLearner:
+    """A learner stand-in that records the batches it is asked to step on."""
+
+    def __init__(self) -> None:
+        self.steps: list[list[float]] = []
+
+    def logprobs(self, batch, reference: bool = False):  # noqa: ANN001, ANN201
+        return [tuple(0.0 for _ in c) for c in batch.completion_ids]
+
+    def train_step(self, batch, loss_fn):  # noqa: ANN001, ANN201
+        self.steps.append(list(batch.advantages))
+        return {"loss/total": 0.5}
+
+
+def _role_batch(advantages: list[float]):  # noqa: ANN202
+    from codea1.engine.base import TrainBatch
+    from codea1.rollout import RoleBatch
+
+    n = len(advantages)
+    train = TrainBatch([(1, 2)] * n, [(3, 4)] * n, advantages)
+    return RoleBatch(train, [(0.0, 0.0)] * n, [0.0] * n, [(0, 0, i) for i in range(n)], ["x"] * n)
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_skip_without_signal_leaves_the_learner_alone_only_when_every_advantage_is_zero(
+    tmp_path: Path, skip: bool
+) -> None:
+    trainer = make(tmp_path, f"coder.optim.skip_without_signal={str(skip).lower()}")
+    learner = _CountingLearner()
+    flat = trainer._update_role("coder", learner, _role_batch([0.0, 0.0, 0.0]))
+    if skip:
+        assert learner.steps == [] and flat["loss/coder/optimizer_steps"] == 0.0
+        assert flat["loss/coder/skipped_without_signal"] == 1.0
+    else:  # the paper's behaviour: a step on the KL term alone
+        assert learner.steps == [[0.0, 0.0, 0.0]] and flat["loss/coder/optimizer_steps"] == 1.0
+    learner.steps.clear()
+    signal = trainer._update_role("coder", learner, _role_batch([0.0, 1.2, -1.2]))
+    assert learner.steps == [[0.0, 1.2, -1.2]] and "loss/coder/skipped_without_signal" not in signal
