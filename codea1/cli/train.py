@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from codea1.cli import CliError
 from codea1.cli.options import check_workers
 from codea1.cli.resume import RESUME_CONFIG, finished_step, resume_config
+from codea1.cli.train_summary import what_changed
 from codea1.config import RunConfig, load_config
 from codea1.limits import MAX_WORKERS
 from codea1.run_lock import LOCK_FILE, RunDirBusy, RunDirLock
@@ -224,6 +225,10 @@ def run(args: argparse.Namespace) -> int:
     ckpt = f"checkpoint {summary.checkpoint}" if summary.checkpoint else "no checkpoint written"
     state = "stopped by Ctrl-C after" if summary.interrupted else "finished"
     print(f"codea1 train {state} step {summary.last_step}/{cfg.train.steps} | {shown}", flush=True)
+    from codea1.tracking import read_metrics
+
+    for line in what_changed(read_metrics(run_dir)):
+        print(line, flush=True)
     print(f"run directory: {run_dir} ({ckpt})", flush=True)
     if summary.interrupted:
         print(f"resume with: codea1 train --resume {run_dir}", file=sys.stderr, flush=True)

@@ -10,6 +10,7 @@ loads take seconds instead of tens of seconds.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -17,6 +18,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -212,10 +214,11 @@ def dequantize_gguf_to_cache(gguf: Path, cache_dir: Path) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=cache_dir))
     try:
         try:
-            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-            model = AutoModelForCausalLM.from_pretrained(
-                str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
-            )
+            with transformers_progress_bars_off():
+                tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+                model = AutoModelForCausalLM.from_pretrained(
+                    str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+                )
         except Exception as e:  # transformers raises many types for unsupported/corrupt GGUF files
             raise ModelLoadError(f"could not load GGUF file {gguf}: {type(e).__name__}: {e}") from e
         # Gotcha: GGUF-loaded models carry a quantizer that forbids saving and training although the
@@ -235,6 +238,21 @@ def dequantize_gguf_to_cache(gguf: Path, cache_dir: Path) -> Path:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+@contextlib.contextmanager
+def transformers_progress_bars_off() -> Iterator[None]:
+    """transformers' own progress bars ("Loading weights", GGUF de-quantisation) off inside the
+    block, so that codea1's progress display is the only one; restored after."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
 
 
 def load_tokenizer(location: str) -> Any:
@@ -284,7 +302,8 @@ def load_model_and_tokenizer(
     location = model_location(spec, cache_dir)
     tokenizer = load_tokenizer(location)
     try:
-        model = AutoModelForCausalLM.from_pretrained(location, dtype=torch_dtype)
+        with transformers_progress_bars_off():
+            model = AutoModelForCausalLM.from_pretrained(location, dtype=torch_dtype)
     except Exception as e:
         raise ModelLoadError(f"could not load model weights from {location}: {type(e).__name__}: {e}") from e
     model.to(dev)

@@ -1,0 +1,22 @@
+"""transformers' own progress bars are off while codea1 loads a model, and restored after."""
+
+from __future__ import annotations
+
+import pytest
+from transformers.utils import logging as hf_logging
+
+from codea1.engine.loading import transformers_progress_bars_off
+
+
+@pytest.mark.parametrize("enabled_before", [True, False])
+def test_bars_are_off_inside_and_restored_after(enabled_before: bool) -> None:
+    (hf_logging.enable_progress_bar if enabled_before else hf_logging.disable_progress_bar)()
+    try:
+        with transformers_progress_bars_off():
+            assert not hf_logging.is_progress_bar_enabled()
+        assert hf_logging.is_progress_bar_enabled() is enabled_before
+        with pytest.raises(KeyError), transformers_progress_bars_off():
+            raise KeyError("a failed load")
+        assert hf_logging.is_progress_bar_enabled() is enabled_before
+    finally:
+        hf_logging.enable_progress_bar()
