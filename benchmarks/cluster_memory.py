@@ -1,129 +1,63 @@
-"""GPU memory per learner rank and per vLLM replica of the ``paper-*-ray`` presets, by arithmetic.
+"""GPU memory per learner rank and per vLLM engine of the ``paper-*`` presets, by arithmetic, and
+``--check``: vLLM's start-up rule replayed on every GPU of every shipped GPU preset.
 
 No model is loaded: the architecture numbers of Qwen2.5-Coder-{1.5B,3B,7B}-Instruct are written
 below (from the models' ``config.json``), the batch and sequence sizes, the learner and replica
-counts and the dtype come from the presets. Everything is in GiB (2**30 bytes).
+counts and the dtype come from the presets. Everything is in GiB (2**30 bytes). The arithmetic is
+``codea1.engine.memory``'s, the one the engines are started with: its docstrings say what each term
+counts (``learner_memory``, ``engine_overhead_gib``) and how a GPU's plan is made (``plan_gpu``).
 
-What a **learner rank** holds (its role's learner group is one FSDP2 group of
-``cluster.learner_workers`` ranks; every sharded term is divided by that count):
+The tables (default): a learner rank's peak, and a replica with the preset's KV cache. ``--check``:
+for every ``paper-*`` preset, each layout (the ``-ray`` presets as shipped, ``placement: split``,
+and ``colocate`` with a derived KV cache; the local presets on the local backend with vLLM
+rollouts), on 80 GB and 141 GB GPUs (the memory torch reports of them, rounded down), the plan of
+each GPU: what it holds, each engine's ``gpu_memory_utilization``, KV cache and ``max_num_seqs``,
+vLLM's start-up check (free >= utilization x total) in start order, the peak, and a verdict:
 
-* training state, two ways:
-  - *as the engine trains* (``bf16 states``): weights, gradients and AdamW's two moments all in the
-    weights' dtype (``engine.dtype`` auto = bf16 on CUDA; torch's AdamW keeps ``exp_avg`` and
-    ``exp_avg_sq`` in the parameter's dtype, and FSDP2 without a mixed-precision policy keeps the
-    parameters' dtype), 4 × 2 = 8 bytes per parameter;
-  - *conservative* (``fp32 states``): fp32 sharded weights, gradients and both moments (verl's
-    mixed precision, where only the all-gathered compute copy is bf16), 16 bytes per parameter;
-* the frozen reference (``loss.kl_coef`` > 0), sharded the same way, in the weights' dtype;
-* FSDP2 buffers, unsharded and transient: the all-gathered weights of the layer being computed and of
-  the one prefetched, one layer's unsharded gradients before its reduce-scatter, and the root's
-  embedding and output head (unsharded while the root is, with their unsharded gradients);
-* activations of one micro-batch with gradient checkpointing, where the learner pads every row to
-  the longest prompt + completion, so the worst case is ``micro_batch_size`` rows of
-  ``max_prompt_tokens + max_new_tokens`` tokens: the checkpointed input of every decoder layer, one
-  layer recomputed in backward (the tensors autograd saves for a Qwen2 layer, below, counted twice to
-  cover their gradients), the decoder output and the response positions gathered from it, and one
-  chunk of ``engine.logprob_chunk`` fp32 logits (logits, scaled logits, softmax, product and their
-  gradients: 6 × 4 bytes per logit). Also shown at 32,768 tokens, the paper's per-GPU token budget
-  (verl ``ppo_max_token_len_per_gpu``);
-* a fixed allowance for the CUDA context, NCCL and cuBLAS workspaces (not computed).
+* ``PASS``: every engine starts and the peak fits;
+* ``does not fit: ...``: no plan leaves an engine a KV cache for one prompt's samples at full length
+  (or the learners alone exceed the GPU); the verdict says what to run instead. Not a failure:
+  that layout is not one the preset is meant for;
+* ``FAIL: ...``: a plan that vLLM would refuse, or a ``-ray`` preset's own layout that does not fit.
 
-Tensors autograd saves per token in one Qwen2 decoder layer (``h`` hidden, ``kv`` = kv heads ×
-head dim, ``i`` intermediate, ``w`` dtype bytes): the two RMSNorms compute in fp32 (fp32 input and
-normalised copies, 16·h bytes, plus the ``w``·h cast each), q, k, v, the rotated q and k, the key
-and value heads repeated to the query heads, the attention output and the ``o_proj`` input
-(w·(6h + 3kv)), and the MLP's gate, up, silu(gate) and product (4·w·i). Attention itself is
-SDPA/flash, with no sequence² term.
+The exit status is 1 when any row is ``FAIL``, else 0.
 
-What a **rollout replica** holds: its weights, the KV cache the engine is given
-(``engine.vllm_kv_cache_gib``, or when 0 codea1's default: the larger ``sampling.batch_size`` at the
-longest prompt + completion of either role, +10 %), and a fixed allowance for the CUDA context,
-CUDA graphs and the sampler (not computed). The KV cache needed to hold the whole sampling batch at
-full length is printed next to it: vLLM pages the cache, so a smaller one runs fewer sequences at a
-time instead of failing.
-
-Usage: ``python benchmarks/cluster_memory.py [--gpu-gib 80] [--preset paper-1.5b-ray ...]``.
+Usage: ``python benchmarks/cluster_memory.py [--gpu-gib 80] [--preset paper-1.5b-ray ...]``,
+``python benchmarks/cluster_memory.py --check [--gpu-gib G ...] [--preset P ...] [--set KEY=VALUE ...]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from codea1.config import RunConfig, load_config
+from codea1.config import ConfigError, RunConfig, load_config, preset_names
+from codea1.engine.build import shares_one_model
+from codea1.engine.memory import (
+    GIB,
+    LEARNER_OVERHEAD_GIB,
+    EngineMemory,
+    GpuPlan,
+    LearnerMemory,
+    ModelShape,
+    dtype_bytes,
+    engine_memory,
+    learner_memory,
+    local_plan,
+    ray_plans,
+    startup_replay,
+)
 
-GIB = float(1 << 30)
+__all__ = ["GIB", "LEARNER_OVERHEAD_GIB", "LearnerMemory", "ModelShape", "dtype_bytes", "learner_memory"]
+
 PRESETS = ("paper-1.5b-ray", "paper-3b-ray", "paper-7b-ray")
-PAPER_TOKENS_PER_GPU = 32768
-"""verl's ``ppo_max_token_len_per_gpu`` in the reference configs (docs/algorithm.md, "The paper's
-configuration")."""
-LEARNER_OVERHEAD_GIB = 1.5
-"""CUDA context, NCCL buffers and cuBLAS workspace of a learner rank: an allowance, not computed."""
-REPLICA_OVERHEAD_GIB = 2.0
-"""CUDA context, CUDA graphs and the sampler's workspace of a vLLM replica: an allowance."""
-LOGIT_BYTES = 6 * 4
-"""fp32 bytes per logit of a log-prob chunk: logits, scaled logits, softmax, product, two gradients."""
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """The numbers of a Qwen2 decoder-only model that memory depends on (its ``config.json``)."""
-
-    name: str
-    layers: int
-    hidden: int
-    intermediate: int
-    heads: int
-    kv_heads: int
-    vocab: int
-    tied: bool
-
-    @property
-    def head_dim(self) -> int:
-        """Width of one attention head."""
-        return self.hidden // self.heads
-
-    @property
-    def kv_dim(self) -> int:
-        """Width of the keys (or values) of all kv heads."""
-        return self.kv_heads * self.head_dim
-
-    @property
-    def embedding_params(self) -> int:
-        """Parameters of the input embedding (the output head is the same tensor when tied)."""
-        return self.vocab * self.hidden
-
-    @property
-    def layer_params(self) -> int:
-        """Parameters of one decoder layer: q/k/v with biases, o, gate/up/down, two RMSNorms."""
-        h, kv, i = self.hidden, self.kv_dim, self.intermediate
-        attention = (h * h + h) + 2 * (h * kv + kv) + h * h
-        return attention + 3 * h * i + 2 * h
-
-    @property
-    def head_params(self) -> int:
-        """Parameters of the output head that are not the embedding's (0 when tied)."""
-        return 0 if self.tied else self.vocab * self.hidden
-
-    @property
-    def params(self) -> int:
-        """All parameters, tied weights counted once."""
-        return self.embedding_params + self.layers * self.layer_params + self.hidden + self.head_params
-
-    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
-        """KV-cache bytes of one token: keys and values of every layer."""
-        return 2 * self.layers * self.kv_dim * dtype_bytes
-
-    def layer_activation_bytes_per_token(self, dtype_bytes: int) -> int:
-        """Bytes autograd saves per token in one decoder layer (see the module docstring)."""
-        h, kv, i, w = self.hidden, self.kv_dim, self.intermediate, dtype_bytes
-        norms = 2 * (16 * h + w * h)
-        attention = w * (6 * h + 3 * kv)
-        mlp = 4 * w * i
-        return norms + attention + mlp
-
+CHECK_GPUS = (("80 GB (79 GiB)", 79.0), ("141 GB (139 GiB)", 139.0))
+"""The GPUs ``--check`` plans for: name and the GiB torch reports of it, rounded down (an A100 or
+H100 80 GB reports about 79.2, an H200 141 GB about 139.8)."""
+ReplicaMemory = EngineMemory
+replica_memory = engine_memory
 
 MODELS = {
     m.name: m
@@ -134,114 +68,6 @@ MODELS = {
     )
 }
 """Architecture numbers from each model's ``config.json`` on the Hugging Face hub."""
-
-
-def dtype_bytes(cfg: RunConfig) -> int:
-    """Bytes per weight: ``engine.dtype`` (auto = bf16 on CUDA, fp32 on a CPU without native bf16)."""
-    if cfg.engine.dtype == "float32":
-        return 4
-    if cfg.engine.dtype == "bfloat16" or cfg.engine.device.startswith("cuda"):
-        return 2
-    return 4
-
-
-@dataclass(frozen=True)
-class LearnerMemory:
-    """GiB held by one learner rank of one role."""
-
-    role: str
-    ranks: int
-    tokens: int
-    states_bf16: float
-    states_fp32: float
-    reference: float
-    fsdp_buffers: float
-    activations: float
-    activations_paper_budget: float
-    overhead: float
-
-    @property
-    def total(self) -> float:
-        """Everything, with the training state as the engine holds it."""
-        return self.states_bf16 + self.reference + self.fsdp_buffers + self.activations + self.overhead
-
-    @property
-    def total_fp32_states(self) -> float:
-        """Everything, with fp32 training state (the conservative figure)."""
-        return self.total - self.states_bf16 + self.states_fp32
-
-
-def activation_bytes(model: ModelShape, tokens: int, response_tokens: int, chunk: int, w: int) -> int:
-    """Activation bytes of one micro-batch of ``tokens`` (padded) tokens with gradient checkpointing."""
-    checkpoints = model.layers * tokens * model.hidden * w
-    one_layer = 2 * tokens * model.layer_activation_bytes_per_token(w)
-    hidden_out = (tokens + response_tokens) * model.hidden * w
-    logits = min(chunk, response_tokens) * model.vocab * LOGIT_BYTES
-    return checkpoints + one_layer + hidden_out + logits
-
-
-def learner_memory(cfg: RunConfig, role: str, model: ModelShape, micro: int = 0) -> LearnerMemory:
-    """What one rank of ``role``'s learner group holds at its peak (see the module docstring);
-    ``micro`` replaces the role's ``optim.micro_batch_size`` when given."""
-    w = dtype_bytes(cfg)
-    ranks = cfg.cluster.learner_workers
-    sampling = getattr(cfg, role).sampling
-    micro = micro or getattr(cfg, role).optim.micro_batch_size
-    p = model.params
-    root = model.embedding_params + model.head_params
-    buffers = 3 * model.layer_params * w + 2 * root * w
-    row = sampling.max_prompt_tokens + sampling.max_new_tokens
-    tokens = micro * row
-    chunk = cfg.engine.logprob_chunk
-    worst = activation_bytes(model, tokens, micro * sampling.max_new_tokens, chunk, w)
-    share = sampling.max_new_tokens / row
-    budget = PAPER_TOKENS_PER_GPU
-    paper = activation_bytes(model, budget, int(budget * share), chunk, w)
-    reference = p * w / ranks if cfg.loss.keeps_reference else 0.0
-    return LearnerMemory(
-        role=role,
-        ranks=ranks,
-        tokens=tokens,
-        states_bf16=4 * w * p / ranks / GIB,
-        states_fp32=16 * p / ranks / GIB,
-        reference=reference / GIB,
-        fsdp_buffers=buffers / GIB,
-        activations=worst / GIB,
-        activations_paper_budget=paper / GIB,
-        overhead=LEARNER_OVERHEAD_GIB,
-    )
-
-
-@dataclass(frozen=True)
-class ReplicaMemory:
-    """GiB held by one vLLM rollout replica (one engine serves one role's samples)."""
-
-    weights: float
-    kv_cache: float
-    kv_full_batch: float
-    overhead: float
-
-    @property
-    def total(self) -> float:
-        """Weights, the configured KV cache and the allowance."""
-        return self.weights + self.kv_cache + self.overhead
-
-
-def replica_memory(cfg: RunConfig, model: ModelShape) -> ReplicaMemory:
-    """What one replica holds: weights, KV cache (configured, and needed for the full batch)."""
-    w = dtype_bytes(cfg)
-    longest = max(r.sampling.max_prompt_tokens + r.sampling.max_new_tokens for r in (cfg.coder, cfg.tester))
-    sequences = max(cfg.coder.sampling.batch_size, cfg.tester.sampling.batch_size)
-    full = sequences * longest * model.kv_bytes_per_token(w)
-    configured = (
-        cfg.engine.vllm_kv_cache_gib * GIB if cfg.engine.vllm_kv_cache_gib > 0 else math.ceil(full * 1.1)
-    )
-    return ReplicaMemory(
-        weights=model.params * w / GIB,
-        kv_cache=configured / GIB,
-        kv_full_batch=full / GIB,
-        overhead=REPLICA_OVERHEAD_GIB,
-    )
 
 
 def model_of(cfg: RunConfig, role: str) -> ModelShape:
@@ -292,7 +118,7 @@ def replica_table(names: list[str], gpu_gib: float) -> list[str]:
     """Markdown rows of the replica table, with the KV room left if a replica shared a learner's GPU."""
     out = [
         "| preset | model | replicas per role | placement | weights | KV cache configured "
-        "(full batch at full length) | allowance | **replica total** | fits "
+        "(full batch at full length) | overhead | **replica total** | fits "
         f"{gpu_gib:g} GiB | KV room if colocated with the larger learner rank |",
         "|---|---|--:|---|--:|--:|--:|--:|---|--:|",
     ]
@@ -313,17 +139,126 @@ def replica_table(names: list[str], gpu_gib: float) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
+class Layout:
+    """One layout ``--check`` plans a preset in: its name, configuration and what a misfit means."""
+
+    name: str
+    cfg: RunConfig
+    required: bool
+    """A layout the preset is made for: not fitting is a FAIL."""
+    instead: str
+    """What to run where it does not fit (for layouts that are not required)."""
+
+
+def layouts(name: str, overrides: list[str]) -> Iterator[Layout]:
+    """The layouts of preset ``name``: a ``-ray`` preset as shipped and with the other placement
+    (its KV cache derived), a local preset on the local backend with vLLM rollouts."""
+    cfg = load_config(name, overrides)
+    if cfg.engine.backend == "ray":
+        shipped = cfg.cluster.placement
+        yield Layout(f"ray {shipped}", cfg, True, "")
+        other = "colocate" if shipped == "split" else "split"
+        again = [*overrides, f"cluster.placement={other}", "engine.vllm_kv_cache_gib=0"]
+        yield Layout(f"ray {other}", load_config(name, again), False, f"use placement {shipped}")
+        return
+    ray = f"{name}-ray"
+    instead = ""
+    if ray in preset_names():
+        c = load_config(ray).cluster
+        gpus = 2 * (c.learner_workers + c.rollout_replicas) * c.gpus_per_worker
+        instead = f"use {ray} ({gpus:g} GPUs)"
+    yield Layout("local, 1 GPU", load_config(name, [*overrides, "engine.rollout=vllm"]), False, instead)
+
+
+def plans(layout: Layout, total_gib: float) -> list[GpuPlan]:
+    """The plan of every kind of GPU of ``layout`` on GPUs of ``total_gib``."""
+    cfg = layout.cfg
+    shared = shares_one_model(cfg)
+    models = {r: model_of(cfg, r) for r in ("coder", "tester")}
+    if cfg.engine.backend == "ray":
+        return ray_plans(cfg, models, total_gib, shared=shared)
+    return [local_plan(cfg, models, total_gib, shared=shared)]
+
+
+def verdict(layout: Layout, plan: GpuPlan) -> str:
+    """``PASS``, ``does not fit: ...`` or ``FAIL: ...`` (see the module docstring)."""
+    if plan.problem:
+        instead = f"; {layout.instead}" if layout.instead else ""
+        return f"{'FAIL' if layout.required else 'does not fit'}: {plan.problem}{instead}"
+    violations = startup_replay(plan).violations
+    return f"FAIL: {'; '.join(violations)}" if violations else "PASS"
+
+
+def check_table(
+    names: list[str], gpus: list[tuple[str, float]], overrides: list[str]
+) -> tuple[list[str], int]:
+    """Markdown rows of the ``--check`` table and the number of FAIL rows."""
+    out = [
+        "| preset | layout | GPU | this GPU holds | resident | engines: utilization, KV GiB (full-length "
+        "sequences), max_num_seqs | vLLM start: free vs requested | peak | verdict |",
+        "|---|---|---|---|--:|---|---|--:|---|",
+    ]
+    failures = 0
+    for name in names:
+        for layout in layouts(name, overrides):
+            for label, total in gpus:
+                for plan in plans(layout, total):
+                    replay = startup_replay(plan)
+                    engines = "; ".join(
+                        f"{e.utilization:.3f}, {e.kv_gib:.1f} ({e.full_sequences}), {e.max_num_seqs}"
+                        for e in plan.engines
+                    )
+                    starts = "; ".join(
+                        f"{s.free_gib:.1f} {'≥' if s.free_gib >= s.requested_gib else '<'} {s.requested_gib:.1f}"
+                        for s in replay.starts
+                    )
+                    if plan.problem:
+                        engines = starts = "–"
+                    result = verdict(layout, plan)
+                    failures += result.startswith("FAIL")
+                    out.append(
+                        f"| {name} | {layout.name} | {label} | {plan.what} "
+                        f"| {plan.resident_gib:.1f} | {engines or '–'} | {starts or '–'} "
+                        f"| {replay.peak_gib:.1f} | {result} |"
+                    )
+    return out, failures
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Print the learner and replica tables for the given presets."""
+    """Print the learner and replica tables for the given presets, or with ``--check`` the plan of
+    every GPU with a verdict (exit status 1 when a row fails)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", action="append", help="a preset (repeatable); default: the paper-*-ray ones")
-    ap.add_argument("--gpu-gib", type=float, default=80.0, help="GPU memory to compare against (GiB)")
+    ap.add_argument("--preset", action="append", help="a preset (repeatable); default: the paper-* ones")
+    ap.add_argument(
+        "--gpu-gib", type=float, action="append", help="GPU memory in GiB (repeatable; default 80, "
+        "with --check the 80 GB and 141 GB GPUs)"
+    )  # fmt: skip
+    ap.add_argument("--check", action="store_true", help="replay vLLM's start-up rule on every GPU's plan")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override (--check)")
     args = ap.parse_args(argv)
+    try:
+        return report(args)
+    except ConfigError as e:
+        raise SystemExit(f"cluster_memory: {e}") from None
+
+
+def report(args: argparse.Namespace) -> int:
+    """What :func:`main` prints for its parsed arguments; its exit status."""
+    if args.check:
+        names = args.preset or [n for n in preset_names() if n.startswith("paper-")]
+        gpus = [(f"{g:g} GiB", g) for g in args.gpu_gib] if args.gpu_gib else list(CHECK_GPUS)
+        rows, failures = check_table(names, gpus, args.set)
+        print("Plan of every GPU (GiB); full-length sequences: of the longest prompt + completion.\n")
+        print("\n".join(rows))
+        print(f"\n{len(rows) - 2} rows, {failures} FAIL")
+        return 1 if failures else 0
     names = args.preset or list(PRESETS)
+    gpu = (args.gpu_gib or [80.0])[0]
     print("Learner rank (one per GPU), GiB; worst case = every row of a micro-batch at full length.\n")
-    print("\n".join(learner_table(names, args.gpu_gib)))
+    print("\n".join(learner_table(names, gpu)))
     print("\nRollout replica (one per GPU), GiB.\n")
-    print("\n".join(replica_table(names, args.gpu_gib)))
+    print("\n".join(replica_table(names, gpu)))
     return 0
 
 

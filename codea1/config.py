@@ -87,6 +87,11 @@ class OptimConfig:
     """Final learning rate as a fraction of ``lr``."""
     micro_batch_size: int = 4
     """Sequences per forward/backward pass; gradients are accumulated over the mini-batch."""
+    micro_batch_tokens: int = 0
+    """Token budget per forward/backward pass instead of a sequence count (0 = off): sequences are
+    taken in order while the micro-batch's count × longest prompt + completion stays within it (a
+    longer sequence is alone). Set, it replaces ``micro_batch_size``. The update is the same either
+    way; only memory and speed change (docs/engines.md, "Micro-batches by tokens")."""
     mini_batches: int = 1
     """Optimizer steps per training step (the paper's 256/128 = 2)."""
     ppo_epochs: int = 1
@@ -222,7 +227,8 @@ class EngineConfig:
     rollout: Literal["auto", "transformers", "vllm"] = "auto"
     """What samples rollouts: vLLM or transformers ``generate`` (auto: vLLM when it imports)."""
     vllm_kv_cache_gib: float = 0.0
-    """vLLM's KV cache in GiB (0 = enough for the largest sampling batch at full length)."""
+    """vLLM's KV cache in GiB (0 = derived: on CUDA from the plan of the engine's GPU, on CPU enough
+    for the largest sampling batch at full length)."""
     mode: Literal["separate", "adapters"] = "separate"
     """separate: two full models (the paper); adapters: one frozen base + two LoRA adapters."""
     coder_model: str = "smollm2-135m"
@@ -438,6 +444,8 @@ def check_invariants(cfg: RunConfig) -> None:
             errors.append(f"{role}.optim: lr > 0, micro_batch_size, mini_batches, ppo_epochs >= 1 required")
         if not 0 <= o.min_lr_ratio <= 1:
             errors.append(f"{role}.optim.min_lr_ratio must be in [0, 1], got {o.min_lr_ratio}")
+        if o.micro_batch_tokens < 0:
+            errors.append(f"{role}.optim.micro_batch_tokens must be >= 0, got {o.micro_batch_tokens}")
     if not 0 <= cfg.reward.alpha <= 1:
         errors.append(f"reward.alpha must be in [0, 1], got {cfg.reward.alpha}")
     if cfg.reward.n_norm < 1:

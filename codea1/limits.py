@@ -22,6 +22,8 @@ MAX_EVAL_SAMPLES = 1024
 """Code samples per problem of an evaluation (``eval.n``, ``eval --n``; pass@k needs n >= k)."""
 MAX_BATCH = 4096
 """Sequences per generation batch or per forward/backward pass (``batch_size``, ``micro_batch_size``)."""
+MAX_MICRO_BATCH_TOKENS = 1 << 24
+"""Tokens of one forward/backward pass (``optim.micro_batch_tokens``; 32,768 in the paper presets)."""
 MAX_OPTIMIZER_STEPS = 1024
 """``optim.mini_batches`` and ``optim.ppo_epochs`` (1 to 2 in the paper)."""
 MAX_TOKENS = 1 << 17
@@ -74,6 +76,12 @@ def size_errors(cfg: RunConfig) -> list[str]:
             (f"{role}.sampling.max_new_tokens", s.max_new_tokens, MAX_TOKENS, "tokens per completion"),
             (f"{role}.sampling.max_prompt_tokens", s.max_prompt_tokens, MAX_TOKENS, "tokens per prompt"),
             (f"{role}.optim.micro_batch_size", o.micro_batch_size, MAX_BATCH, "sequences per pass"),
+            (
+                f"{role}.optim.micro_batch_tokens",
+                o.micro_batch_tokens,
+                MAX_MICRO_BATCH_TOKENS,
+                "tokens per pass",
+            ),
             (f"{role}.optim.mini_batches", o.mini_batches, MAX_OPTIMIZER_STEPS, "optimizer steps per step"),
             (f"{role}.optim.ppo_epochs", o.ppo_epochs, MAX_OPTIMIZER_STEPS, "passes per step"),
         ]

@@ -47,6 +47,13 @@ def sampling_metrics(role: str, policy: Policy, groups: Sequence[Sequence[Comple
     return out
 
 
+def sync_metrics(role: str, policy: Policy) -> dict[str, float]:
+    """Weight-sync cost of one role's last push to its rollout engine, ``rollout/<role>/sync_seconds``
+    and ``…/sync_bytes``, when the engine reports it (vLLM and Ray policies do)."""
+    stats = policy.last_stats
+    return {f"rollout/{role}/{k}": float(stats[k]) for k in ("sync_seconds", "sync_bytes") if k in stats}
+
+
 def step_metrics(
     rollout: Rollout,
     scores: Sequence[Score],

@@ -43,12 +43,12 @@ from codea1.eval.in_training import InRunEvaluator, due
 from codea1.replay.mistake_book import MistakeBook
 from codea1.run_lock import RunDirLock
 from codea1.scoring import GridRunner, ProblemScore, Score, bind_policy_loss, score_batch, score_golden
-from codea1.step_metrics import TrainedRole, sampling_metrics, step_metrics
+from codea1.step_metrics import TrainedRole, sampling_metrics, step_metrics, sync_metrics
 from codea1.tracking import Tracker, read_eval_points, truncate_metrics
 from codea1.types import Problem, TestCase
 
 OOM_KNOBS = (
-    "coder/tester.optim.micro_batch_size, coder/tester.sampling.batch_size, "
+    "coder/tester.optim.micro_batch_size (or micro_batch_tokens), coder/tester.sampling.batch_size, "
     "coder/tester.sampling.max_new_tokens, engine.gradient_checkpointing=true, engine.mode=adapters"
 )
 
@@ -234,6 +234,9 @@ class Trainer:
 
         with tracker.phase("push_weights"):
             self._push_weights()
+            sampling_stats |= sync_metrics("coder", m.coder_policy)
+            if not self.shared:
+                sampling_stats |= sync_metrics("tester", m.tester_policy)
 
         with tracker.phase("metrics"):
             metrics = step_metrics(

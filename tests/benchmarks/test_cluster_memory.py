@@ -45,7 +45,7 @@ def test_learner_rank_of_paper_1_5b_ray_by_hand() -> None:
     cfg = load_config("paper-1.5b-ray")
     m = cm.learner_memory(cfg, "coder", cm.MODELS[cfg.engine.coder_model])
     p, ranks, gib = 1_543_714_304, 2, float(1 << 30)
-    assert m.ranks == ranks and m.tokens == 8 * (4096 + 4096)
+    assert m.ranks == ranks and m.tokens == 32768  # the preset's optim.micro_batch_tokens
     assert m.states_bf16 == pytest.approx(8 * p / ranks / gib)  # bf16 weights, grads, AdamW m and v
     assert m.states_fp32 == pytest.approx(16 * p / ranks / gib)
     assert m.reference == pytest.approx(2 * p / ranks / gib)

@@ -235,19 +235,27 @@ def changed_share(before, after) -> float:
     return changed / sum(t.numel() for t in before.values())
 
 
-def test_bf16_runs_keep_fp32_master_weights_so_small_updates_land(started, tiny: Path) -> None:
+def test_bf16_runs_keep_fp32_master_weights_so_small_updates_land(
+    started, tiny: Path, tmp_path: Path
+) -> None:
     """At the paper's lr of 1e-6, a bf16 weight cannot take most updates (its spacing near 0.02 is
-    about 1e-4): the ranks keep fp32 master weights and AdamW state and compute in bf16."""
+    about 1e-4): the ranks keep fp32 master weights and AdamW state and compute in bf16. A sync
+    sends the weights in the rollout dtype (bf16), so the masters are read from checkpoints."""
+    from safetensors.torch import load_file
+
     cfg = config(tiny, workers=2)
     cfg.engine.dtype = "bfloat16"
     cfg.coder.optim.lr = 1e-6
     cfg.loss.kl_coef = 0.0
     remote = started(cfg)
-    before = {n: t.clone() for n, t in remote.named_weights().items()}
+    remote.save(tmp_path / "a")
+    before = load_file(str(tmp_path / "a" / "weights.safetensors"))
     assert all(t.dtype == torch.float32 for t in before.values())
+    assert all(t.dtype == torch.bfloat16 for t in remote.named_weights().values())
     stats = update(remote, batch(), cfg)
     assert stats["grad_norm"] > 0
-    assert changed_share(before, remote.named_weights()) > 0.9
+    remote.save(tmp_path / "b")
+    assert changed_share(before, load_file(str(tmp_path / "b" / "weights.safetensors"))) > 0.9
     pure = local_roles(cfg).coder_learner  # the local learner holds bf16 weights and moments
     start = {n: t.clone() for n, t in pure.named_weights().items()}
     update(pure, batch(), cfg)

@@ -84,8 +84,11 @@ def _part(batch: TrainBatch, sl: slice) -> TrainBatch:
 def _update(model: torch.nn.Module, batch: TrainBatch, mode: str, micro_batch_size: int):
     """One train step on a copy of ``model``: (stats, {name: grad}, {name: updated param})."""
     learner = _learner(copy.deepcopy(model), mode, micro_batch_size)
+    grads: dict[str, torch.Tensor] = {}  # read when AdamW steps: train_step frees them before returning
+    learner.optimizer.register_step_pre_hook(
+        lambda *_: grads.update({n: p.grad.detach().clone() for n, p in learner.params.items()})
+    )
     stats = learner.train_step(batch, _loss_fn(mode))
-    grads = {n: p.grad.detach().clone() for n, p in learner.params.items()}
     params = {n: p.detach().clone() for n, p in learner.params.items()}
     return stats, grads, params
 

@@ -1,19 +1,28 @@
 """The update side of the engine: log-probs, micro-batched train steps, AdamW, schedule, save/load.
 
 ``train_step`` is one optimizer step over the given (mini-)batch. The batch is cut into micro-batches
-of ``micro_batch_size`` sequences; each micro-batch's loss comes from ``loss_fn`` with the loss
-normaliser of the whole batch (response tokens and sequences, counted once and summed over the
-data-parallel ranks when ``torch.distributed`` is initialised), so the accumulated gradient equals
-that of the whole batch at once however it is cut into micro-batches and ranks. The learning rate
-warms up linearly for ``warmup_steps`` optimizer steps, then follows a half cosine down to
-``min_lr_ratio × lr`` at ``total_steps``.
+of ``micro_batch_size`` sequences, or by a token budget (``micro_batch_tokens``, :func:`token_cuts`);
+each micro-batch's loss comes from ``loss_fn`` with the loss normaliser of the whole batch (response
+tokens and sequences, counted once and summed over the data-parallel ranks when
+``torch.distributed`` is initialised), so the accumulated gradient equals that of the whole batch at
+once however it is cut into micro-batches and ranks. The learning rate warms up linearly for
+``warmup_steps`` optimizer steps, then follows a half cosine down to ``min_lr_ratio × lr`` at
+``total_steps``. Gradients are freed at the end of a step (and the CUDA cache emptied), so that an
+engine sharing the device gets the memory back between updates.
+
+Precision: bf16 weights on CUDA are trained with fp32 master weights (and fp32 AdamW state) and
+bf16 compute under ``torch.autocast`` (:func:`master_weights_compute_dtype`), as the Ray learners do
+with FSDP2 mixed precision; pure bf16 would round most updates at lr 1e-6 away. Elsewhere the
+weights train in the dtype they were loaded in.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +32,7 @@ from safetensors.torch import load_file, save_file
 from codea1.config import EngineConfig, LossConfig, OptimConfig
 from codea1.core.losses import ADDITIVE_STATS, LossNormalizer, Weighting, stats_weighting
 from codea1.engine.base import LossFn, TrainBatch
-from codea1.engine.hf_local.logprobs import padded_values, response_logprobs
+from codea1.engine.hf_local.logprobs import MAX_SHARED_ROW_TOKENS, padded_values, response_logprobs
 from codea1.engine.hf_local.sharded_state import (
     DCP_DIR,
     SCHEDULER_FILE,
@@ -36,6 +45,7 @@ from codea1.engine.hf_local.sharded_state import (
     rank,
     save_sharded_optimizer,
 )
+from codea1.engine.loading import pick_dtype
 
 WEIGHTS_FILE = "weights.safetensors"
 STATE_FILE = "optimizer.pt"
@@ -58,21 +68,69 @@ def global_normalizer(local: LossNormalizer, device: torch.device) -> tuple[Loss
     return LossNormalizer(tokens=int(counts[0]), sequences=int(counts[1])), ranks
 
 
-def micro_batch_starts(size: int, micro: int, device: torch.device | None = None) -> range:
-    """Start offsets of the micro-batches of a batch of ``size`` sequences (micro-batch ``lo`` is
-    ``batch.slice(lo, lo + micro)``).
+def count_cuts(size: int, micro: int) -> list[range]:
+    """Index ranges of ``micro`` consecutive sequences each (the last may be shorter)."""
+    return [range(lo, min(lo + micro, size)) for lo in range(0, size, micro)]
+
+
+def token_cuts(lengths: Sequence[int], budget: int) -> list[range]:
+    """Consecutive index ranges over sequences of ``lengths`` tokens (prompt + completion), cut
+    greedily in order so that each range's padded size, its sequence count × its longest sequence,
+    stays within ``budget`` tokens; a sequence longer than ``budget`` is alone in its range.
+
+    The padded size bounds what the learner builds: one right-padded row per sequence, or shared
+    prompt rows, which it uses only when they take no more positions (``logprobs.sharing_pays``).
+    """
+    if budget < 1:
+        raise ValueError(f"a token budget must be >= 1, got {budget}")
+    cuts: list[range] = []
+    start = longest = 0
+    for i, length in enumerate(lengths):
+        widest = max(longest, length)
+        if i > start and (i + 1 - start) * widest > budget:
+            cuts.append(range(start, i))
+            start, widest = i, length
+        longest = widest
+    if len(lengths) > start:
+        cuts.append(range(start, len(lengths)))
+    return cuts
+
+
+def micro_batches(
+    lengths: Sequence[int], optim: OptimConfig, device: torch.device | None = None
+) -> list[range]:
+    """The micro-batches of a batch of sequences of ``lengths`` tokens, as index ranges: by
+    ``optim.micro_batch_tokens`` (:func:`token_cuts`) when it is set, else ``micro_batch_size``
+    sequences each (:func:`count_cuts`).
 
     Under ``torch.distributed`` with sharded parameters every rank must run as many forward and
-    backward passes as the others, so the count is the largest over the ranks; a rank whose share
-    is shorter gets starts past its end, where the learner runs a filler pass that adds nothing.
+    backward passes as the others, so the count is the largest over the ranks; a rank with fewer
+    gets empty ranges past its end, where the learner runs a filler pass that adds nothing.
     """
-    count = -(-size // micro)
+    if optim.micro_batch_tokens > 0:
+        cuts = token_cuts(lengths, optim.micro_batch_tokens)
+    else:
+        cuts = count_cuts(len(lengths), optim.micro_batch_size)
+    count = len(cuts)
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         if torch.distributed.get_world_size() > 1:
             most = torch.tensor([count], dtype=torch.int64, device=device)
             torch.distributed.all_reduce(most, op=torch.distributed.ReduceOp.MAX)
             count = int(most[0])
-    return range(0, count * micro, micro)
+    end = len(lengths)
+    return cuts + [range(end, end)] * (count - len(cuts))
+
+
+def master_weights_compute_dtype(device: torch.device, dtype: torch.dtype) -> torch.dtype | None:
+    """The compute dtype of a learner that keeps fp32 master weights for weights loaded in ``dtype``
+    on ``device``, or None to train the weights in their own dtype.
+
+    bf16 on CUDA: fp32 master weights, bf16 autocast. On a CPU the weights keep their dtype: fp32
+    where bf16 is not native (``engine.dtype: auto``), while a bf16 CPU run (asked for, or ``auto``
+    on a CPU with native bf16) stays pure bf16 as before, at half the memory; there an AdamW step of
+    about ``lr`` moves a weight ``w`` only where ``lr`` exceeds about ``|w| × 2⁻⁹``.
+    """
+    return torch.bfloat16 if device.type == "cuda" and dtype == torch.bfloat16 else None
 
 
 def lr_factor(step: int, warmup_steps: int, total_steps: int, min_lr_ratio: float) -> float:
@@ -90,6 +148,11 @@ class HFLearner:
     ``temperature`` must equal the sampling temperature of the role so that recomputed log-probs
     match the policy's. ``last_stats`` mirrors the dict returned by :meth:`train_step`.
     ``adapter`` names the LoRA adapter trained (``adapters`` mode), None for full weights.
+    ``max_row_tokens`` caps a shared-prompt row (``logprobs.shared_rows``). With ``compute_dtype``
+    (see :func:`master_weights_compute_dtype`; :meth:`from_config` decides it) the trainable
+    parameters are made fp32 master weights, AdamW's state follows them, and every forward pass
+    (trained weights and reference) runs under ``torch.autocast`` in that dtype; a frozen reference
+    or base keeps its own dtype. Sharded parameters take their compute dtype from FSDP2 instead.
     """
 
     def __init__(
@@ -104,6 +167,8 @@ class HFLearner:
         share_prompts: bool = True,
         aggregation: str = "token-mean",
         entropy: bool = False,
+        max_row_tokens: int = MAX_SHARED_ROW_TOKENS,
+        compute_dtype: torch.dtype | None = None,
     ) -> None:
         self.weights = weights
         self.optim_cfg = optim
@@ -111,12 +176,20 @@ class HFLearner:
         self.pad_id = pad_id
         self.logprob_chunk = logprob_chunk
         self.share_prompts = share_prompts
+        self.max_row_tokens = max_row_tokens
         self.weighting: Weighting = stats_weighting(aggregation)
         self.entropy = entropy
         self.adapter: str | None = getattr(weights, "adapter", None)
         self.params = weights.trainable()
         if not self.params:
             raise ValueError("the role has no trainable parameters")
+        self.compute_dtype = compute_dtype
+        if compute_dtype is not None:
+            if any(is_sharded(p) for p in self.params.values()):
+                raise ValueError("sharded parameters take their compute dtype from FSDP2 (fsdp.shard)")
+            for p in self.params.values():  # before AdamW: its state takes the parameters' dtype
+                if p.dtype != torch.float32:
+                    p.data = p.data.float()
         self.optimizer = torch.optim.AdamW(
             list(self.params.values()), lr=optim.lr, betas=tuple(optim.betas), weight_decay=optim.weight_decay
         )
@@ -138,44 +211,57 @@ class HFLearner:
         pad_id: int,
     ) -> HFLearner:
         """The learner a run's configuration asks for: log-prob chunking and prompt sharing from
-        ``engine``, micro-batch weighting and entropy from ``loss`` (every backend builds it here)."""
+        ``engine``, micro-batch weighting and entropy from ``loss`` (every backend builds it here),
+        and fp32 master weights where ``engine.dtype`` is bf16 on CUDA
+        (:func:`master_weights_compute_dtype`; the Ray ranks load fp32 and shard with FSDP2 mixed
+        precision instead, so they pass ``engine.dtype`` float32 here)."""
+        device = next(iter(weights.trainable().values())).device
+        compute = master_weights_compute_dtype(device, pick_dtype(engine.dtype, device))
         return cls(
             weights, optim, total_steps, temperature=temperature, pad_id=pad_id,
             logprob_chunk=engine.logprob_chunk, share_prompts=engine.share_prompts,
-            aggregation=loss.aggregation, entropy=loss.needs_entropy,
+            aggregation=loss.aggregation, entropy=loss.needs_entropy, compute_dtype=compute,
         )  # fmt: skip
 
     def logprobs(self, batch: TrainBatch, reference: bool = False) -> list[tuple[float, ...]]:
         """Per-token log-probs of each completion (reference model when ``reference``), no grad."""
         out: list[tuple[float, ...]] = []
-        size = self.optim_cfg.micro_batch_size
         with torch.no_grad():
             device = next(self.weights.train_model().parameters()).device
-            for lo in micro_batch_starts(len(batch), size, device):
-                part = batch.slice(lo, lo + size)
+            for cut in micro_batches(_lengths(batch), self.optim_cfg, device):
+                part = batch.slice(cut.start, cut.stop)
                 prompts, comps = part.prompt_ids, part.completion_ids
-                if not comps:  # a filler pass: this rank's share ran out (see micro_batch_starts)
+                filler = not comps  # this rank's share ran out (see micro_batches)
+                if filler:
                     prompts, comps = [(self.pad_id,)], [(self.pad_id,)]
                 if reference:
                     with self.weights.reference_model() as model:
                         lp, _, _ = self._score(model, prompts, comps, with_grad=False)
                 else:
                     lp, _, _ = self._score(self.weights.train_model(), prompts, comps, with_grad=False)
-                if lo < len(batch):
+                if not filler:
                     out.extend(tuple(lp[i, : len(c)].tolist()) for i, c in enumerate(comps))
         return out
 
     def _score(self, model: Any, prompts: Any, comps: Any, with_grad: bool) -> Any:
-        return response_logprobs(
-            model,
-            prompts,
-            comps,
-            pad_id=self.pad_id,
-            temperature=self.temperature,
-            chunk=self.logprob_chunk,
-            with_grad=with_grad,
-            share_prompts=self.share_prompts,
+        device = next(model.parameters()).device
+        precision = (
+            contextlib.nullcontext()
+            if self.compute_dtype is None
+            else torch.autocast(device.type, dtype=self.compute_dtype)
         )
+        with precision:
+            return response_logprobs(
+                model,
+                prompts,
+                comps,
+                pad_id=self.pad_id,
+                temperature=self.temperature,
+                chunk=self.logprob_chunk,
+                with_grad=with_grad,
+                share_prompts=self.share_prompts,
+                max_row_tokens=self.max_row_tokens,
+            )
 
     def train_step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
         """One optimizer step over ``batch``; returns loss, grad_norm, lr, tokens, seconds and loss_fn stats.
@@ -184,7 +270,9 @@ class HFLearner:
         (ratio 1, as a recomputation before the step would give, without its extra pass).
         The loss normaliser is counted once over the whole batch (summed over the data-parallel
         ranks, see :func:`global_normalizer`) and passed to every micro-batch's ``loss_fn``.
-        A non-finite gradient norm skips the optimizer step (``skipped`` = 1).
+        A non-finite gradient norm skips the optimizer step (``skipped`` = 1). The gradients are
+        set to None before it returns: to read them, register an ``optimizer`` step pre-hook
+        (``torch.optim.Optimizer.register_step_pre_hook``), which sees them clipped.
         """
         start = time.perf_counter()
         model = self.weights.train_model()
@@ -198,9 +286,8 @@ class HFLearner:
         model.train()
         loss_sum, sums = 0.0, {}
         try:
-            size = self.optim_cfg.micro_batch_size
-            for lo in micro_batch_starts(len(batch), size, device):
-                part = batch.slice(lo, lo + size)
+            for cut in micro_batches(_lengths(batch), self.optim_cfg, device):
+                part = batch.slice(cut.start, cut.stop)
                 comps = part.completion_ids
                 if not comps:  # a filler pass: sharded layers need every rank's forward and backward
                     lp, _, _ = self._score(model, [(self.pad_id,)], [(self.pad_id,)], with_grad=True)
@@ -240,11 +327,14 @@ class HFLearner:
             total_norm = total_norm.full_tensor()
         grad_norm = float(total_norm)
         skipped = not math.isfinite(grad_norm)
-        if skipped:
-            self.optimizer.zero_grad(set_to_none=True)
-        else:
+        if not skipped:
             self.optimizer.step()
         self.scheduler.step()
+        # The step is whole: its gradients are freed now rather than at the next step's start, and
+        # on CUDA the cached blocks go back, for an engine sharing the device (colocated vLLM).
+        self.optimizer.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
         result = {**sums, "loss": loss_sum, "grad_norm": grad_norm, "lr": lr}
         result.update(tokens=float(local.tokens), seconds=time.perf_counter() - start, skipped=float(skipped))
         self.last_stats = result
@@ -252,7 +342,8 @@ class HFLearner:
 
     def named_weights(self) -> dict[str, torch.Tensor]:
         """The trainable tensors by name, detached, not copied (full weights or the adapter's LoRA).
-        Sharded parameters are gathered whole: every rank must call this."""
+        Sharded parameters are gathered whole on rank 0 (every rank must call this; the others get
+        ``{}``)."""
         return full_tensors(self.params)
 
     def save(self, path: Path) -> None:
@@ -294,6 +385,11 @@ class HFLearner:
             return
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+
+
+def _lengths(batch: TrainBatch) -> list[int]:
+    """Tokens of each sequence of ``batch``: prompt + completion."""
+    return [len(p) + len(c) for p, c in zip(batch.prompt_ids, batch.completion_ids, strict=True)]
 
 
 def _atomic(target: Path, write: Any) -> None:

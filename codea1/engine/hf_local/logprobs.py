@@ -3,9 +3,10 @@
 The decoder runs once to hidden states; the output head, temperature and ``log_softmax`` are applied
 to ``chunk`` response positions at a time. With gradients, each chunk is wrapped in activation
 checkpointing so backward recomputes its logits instead of keeping them. Completions of the same
-prompt share one decoder row (:func:`pack`), so a prompt with ``n`` samples is computed once, not
-``n`` times. During generation, :class:`SampledTokenLogprobs` records the same quantity for each
-sampled token while keeping only one step's ``[batch, vocab]`` row.
+prompt share a decoder row (:func:`pack`), so a prompt with ``n`` samples is computed once, not
+``n`` times; a row is capped (:data:`MAX_SHARED_ROW_TOKENS`) and so is its dense mask
+(:data:`MAX_MASK_ELEMENTS`). During generation, :class:`SampledTokenLogprobs` records the same
+quantity for each sampled token while keeping only one step's ``[batch, vocab]`` row.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ class PackedBatch:
     """Prompt-completion sequences laid out as decoder rows, and where each completion token's
     log-prob is read and written.
 
-    Sequences that share a prompt (the ``n`` samples of one prompt) share one row: the prompt once,
-    then each completion, each attending to the prompt and to its own earlier tokens only, with
-    positions that continue the prompt's as if it were alone (``positions``, and a 4-D
-    ``attention`` mask ``[B, 1, L, L]``, boolean for SDPA, additive for eager attention). Without
+    Sequences that share a prompt (the ``n`` samples of one prompt) share a row, or several within
+    a length cap (:func:`shared_rows`): the prompt once, then each completion, each attending to the
+    prompt and to its own earlier tokens only, with positions that continue the prompt's as if it
+    were alone (``positions``, and a 4-D ``attention`` mask ``[B, 1, L, L]``, boolean for SDPA,
+    additive for eager attention). Without
     sharing each sequence is its own right-padded row and ``attention`` is the usual ``[B, L]``
     padding mask (``positions`` None). The token predicted from row ``source_rows[t]`` at column
     ``source_cols[t]`` is ``targets[t]``; its log-prob goes to ``[out_rows[t], out_cols[t]]`` of the
@@ -45,7 +47,60 @@ class PackedBatch:
 
 
 SHARED_PROMPT_ATTENTION = ("sdpa", "eager")
-"""Attention implementations that take the custom 4-D mask of rows with a shared prompt."""
+"""Attention implementations that take the custom 4-D mask of rows with a shared prompt. They build
+a dense ``[B, 1, L, L]`` mask from a 2-D padding mask too, so right-padded rows of one sequence each
+are run without one (:func:`response_logprobs`): causal attention alone is exact for them."""
+
+MAX_SHARED_ROW_TOKENS = 8192
+"""Default cap on a shared-prompt row (prompt + its completions): a longer group is split into
+several rows, each holding the prompt once (:func:`shared_rows`). Attention over a row with an
+explicit mask costs ``L²`` (no causal block skipping), so long rows cost more than sharing saves."""
+
+MAX_MASK_ELEMENTS = 1 << 28
+"""Default limit on the dense shared-prompt mask (rows × width², 256 MiB as booleans, about 1 GiB
+with the temporaries that build it): past it the sequences get one row each instead."""
+
+
+def shared_rows(
+    prompt_ids: Sequence[Sequence[int]], completion_lengths: Sequence[int], max_row_tokens: int = 0
+) -> list[list[int]]:
+    """Sequences with equal prompts grouped into rows, in order of first appearance: each row is the
+    prompt once and then as many of its completions, in order, as keep it within ``max_row_tokens``
+    (0: no cap); a completion too long for any row with another is alone in its row."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, p in enumerate(prompt_ids):
+        groups.setdefault(tuple(p), []).append(i)
+    rows: list[list[int]] = []
+    for prompt, members in groups.items():
+        row: list[int] = []
+        used = len(prompt)
+        for i in members:
+            if row and max_row_tokens > 0 and used + completion_lengths[i] > max_row_tokens:
+                rows.append(row)
+                row, used = [], len(prompt)
+            row.append(i)
+            used += completion_lengths[i]
+        rows.append(row)
+    return rows
+
+
+def sharing_pays(
+    rows: Sequence[Sequence[int]],
+    prompt_lengths: Sequence[int],
+    completion_lengths: Sequence[int],
+    max_mask_elements: int = 0,
+) -> bool:
+    """Whether the shared-prompt ``rows`` are worth their dense mask: some row holds two sequences,
+    the rows take no more positions (rows × widest row) than one right-padded row per sequence
+    (sequences × longest sequence), and the mask (rows × width²) stays within ``max_mask_elements``
+    (0: no limit). So a token budget counted in padded positions bounds either layout."""
+    if not any(len(r) > 1 for r in rows):
+        return False
+    width = max(prompt_lengths[r[0]] + sum(completion_lengths[i] for i in r) for r in rows)
+    longest = max(p + c for p, c in zip(prompt_lengths, completion_lengths, strict=True))
+    if len(rows) * width > len(prompt_lengths) * longest:
+        return False
+    return max_mask_elements <= 0 or len(rows) * width * width <= max_mask_elements
 
 
 def pack(
@@ -54,20 +109,27 @@ def pack(
     pad_id: int,
     device: torch.device,
     attention: str | None = "sdpa",
+    *,
+    max_row_tokens: int = 0,
+    max_mask_elements: int = 0,
 ) -> PackedBatch:
     """Lay out ``prompt + completion`` sequences as rows (see :class:`PackedBatch`).
 
-    With ``attention`` in :data:`SHARED_PROMPT_ATTENTION`, sequences with equal prompts share a row
-    when at least two do; otherwise (or with any other implementation) every sequence has a row.
-    Completions may be empty; prompts may not.
+    With ``attention`` in :data:`SHARED_PROMPT_ATTENTION`, sequences with equal prompts share rows
+    of at most ``max_row_tokens`` (:func:`shared_rows`) when that pays (:func:`sharing_pays`, with
+    ``max_mask_elements``); otherwise (or with any other implementation) every sequence has a row.
+    0 means no cap or limit. Completions may be empty; prompts may not.
     """
     if any(len(p) == 0 for p in prompt_ids):
         raise ValueError("every sequence needs at least one prompt token")
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for i, p in enumerate(prompt_ids):
-        groups.setdefault(tuple(p), []).append(i)
-    share = attention in SHARED_PROMPT_ATTENTION and any(len(g) > 1 for g in groups.values())
-    members = list(groups.values()) if share else [[i] for i in range(len(prompt_ids))]
+    comp_lengths = [len(c) for c in completion_ids]
+    members = [[i] for i in range(len(prompt_ids))]
+    share = False
+    if attention in SHARED_PROMPT_ATTENTION:
+        grouped = shared_rows(prompt_ids, comp_lengths, max_row_tokens)
+        share = sharing_pays(grouped, [len(p) for p in prompt_ids], comp_lengths, max_mask_elements)
+        if share:
+            members = grouped
     rows: list[list[int]] = []
     positions: list[list[int]] = []
     segments: list[list[int]] = []  # 0: the prompt, k: the row's k-th completion
@@ -98,8 +160,8 @@ def pack(
         ids[r, : len(row)] = torch.tensor(row, dtype=torch.long)
         pos_t[r, : len(pos)] = torch.tensor(pos, dtype=torch.long)
         seg_t[r, : len(seg)] = torch.tensor(seg, dtype=torch.long)
-    if share:
-        mask: torch.Tensor = shared_prompt_mask(seg_t, additive=attention == "eager")
+    if share:  # built where it is used: an L² mask is not worth a host copy and a transfer
+        mask: torch.Tensor = shared_prompt_mask(seg_t.to(device), additive=attention == "eager")
         position_ids: torch.Tensor | None = pos_t.to(device)
     else:
         mask, position_ids = (seg_t >= 0).long(), None
@@ -119,15 +181,18 @@ def shared_prompt_mask(segments: torch.Tensor, additive: bool) -> torch.Tensor:
     see themselves only, so no query row is empty. Boolean (True = attend), or additive fp32
     (0 or the most negative float) for implementations that add the mask to the scores."""
     width = segments.shape[1]
-    causal = torch.ones((width, width), dtype=torch.bool).tril()
     query, key = segments[:, :, None], segments[:, None, :]
-    allowed = causal & (key >= 0) & (query >= 0) & ((key == 0) | (key == query))
-    allowed |= torch.eye(width, dtype=torch.bool)
+    # a valid query's keys are valid whenever they are the prompt or its own completion, so
+    # (key >= 0) is implied; in place, so that at most two [B, L, L] temporaries exist at once
+    allowed = (key == query) | (key == 0)
+    allowed &= query >= 0
+    allowed &= torch.ones((width, width), dtype=torch.bool, device=segments.device).tril_()
+    allowed |= torch.eye(width, dtype=torch.bool, device=segments.device)
     allowed = allowed[:, None]
     if not additive:
         return allowed
-    lowest = torch.finfo(torch.float32).min
-    return torch.zeros(allowed.shape, dtype=torch.float32).masked_fill(~allowed, lowest)
+    scores = torch.zeros(allowed.shape, dtype=torch.float32, device=allowed.device)
+    return scores.masked_fill(~allowed, torch.finfo(torch.float32).min)
 
 
 def padded_values(values: Sequence[Sequence[float]], width: int, device: torch.device) -> torch.Tensor:
@@ -166,7 +231,7 @@ class ResponseScorer(torch.nn.Module):
         self.causal_lm = causal_lm
 
     def forward(
-        self, ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor | None,
+        self, ids: torch.Tensor, attention: torch.Tensor | None, positions: torch.Tensor | None,
         source_rows: torch.Tensor, source_cols: torch.Tensor, targets: torch.Tensor,
         temperature: float, chunk: int, with_grad: bool,
     ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
@@ -215,14 +280,19 @@ def response_logprobs(
     chunk: int,
     with_grad: bool,
     share_prompts: bool = True,
+    max_row_tokens: int = MAX_SHARED_ROW_TOKENS,
+    max_mask_elements: int = MAX_MASK_ELEMENTS,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Log-probs of each completion token given its prefix under ``softmax(logits / temperature)``.
 
     Returns ``(logprobs, entropy, mask)``, each ``[B, R]`` with ``R`` the longest completion
     (at least 1); padding positions are 0 in ``logprobs``/``entropy`` and 0 in ``mask``.
     Works for any ``*ForCausalLM`` whose logits are ``lm_head(decoder(x))`` (with optional final
-    logit soft-capping). With ``share_prompts``, sequences with the same prompt run the prompt once
-    (see :func:`pack`): the same log-probs up to float rounding, for fewer tokens.
+    logit soft-capping). With ``share_prompts``, sequences with the same prompt run the prompt once,
+    in rows of at most ``max_row_tokens`` and where the mask stays within ``max_mask_elements``
+    (see :func:`pack`): the same log-probs up to float rounding, for fewer tokens. Right-padded rows
+    of one sequence each run with no mask under SDPA and eager attention (causal attention is exact
+    for them, and SDPA keeps its flash and causal kernels); other implementations get the padding mask.
     """
     device = next(causal_lm.parameters()).device
     width = max([len(c) for c in completion_ids] + [1])
@@ -231,11 +301,15 @@ def response_logprobs(
     mask = torch.zeros_like(out_lp)
     if not any(completion_ids):
         return out_lp, out_ent, mask
-    attention = getattr(causal_lm.config, "_attn_implementation", None) if share_prompts else None
-    packed = pack(prompt_ids, completion_ids, pad_id, device, attention)
+    implementation = getattr(causal_lm.config, "_attn_implementation", None)
+    packed = pack(
+        prompt_ids, completion_ids, pad_id, device, implementation if share_prompts else None,
+        max_row_tokens=max_row_tokens, max_mask_elements=max_mask_elements,
+    )  # fmt: skip
+    causal_only = packed.positions is None and implementation in SHARED_PROMPT_ATTENTION
     lp, ent = scorer_of(causal_lm)(
-        packed.ids, packed.attention, packed.positions, packed.source_rows, packed.source_cols,
-        packed.targets, temperature, chunk, with_grad,
+        packed.ids, None if causal_only else packed.attention, packed.positions, packed.source_rows,
+        packed.source_cols, packed.targets, temperature, chunk, with_grad,
     )  # fmt: skip
     where = (packed.out_rows, packed.out_cols)
     out_lp = out_lp.index_put(where, lp)

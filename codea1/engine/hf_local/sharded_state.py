@@ -1,11 +1,11 @@
 """Learner state that survives a change of world size: full weights, sharded optimizer state.
 
 A learner whose parameters are sharded with FSDP2 (DTensors) saves its trainable weights whole
-(``weights.safetensors``, gathered, written by rank 0: what evaluation and export read) and its
-optimizer state sharded with ``torch.distributed.checkpoint`` (``dcp/``, each rank writing its
-own shards), plus the scheduler (``scheduler.pt``). ``torch.distributed.checkpoint`` reshards on
-load, so such a checkpoint resumes with any number of ranks, and in one process without
-``torch.distributed`` (the local backend). Conversely a sharded learner loads a one-process
+(``weights.safetensors``, gathered tensor by tensor onto rank 0's CPU and written by rank 0: what
+evaluation and export read) and its optimizer state sharded with ``torch.distributed.checkpoint``
+(``dcp/``, each rank writing its own shards), plus the scheduler (``scheduler.pt``).
+``torch.distributed.checkpoint`` reshards on load, so such a checkpoint resumes with any number of
+ranks, and in one process without ``torch.distributed`` (the local backend). Conversely a sharded learner loads a one-process
 checkpoint (``optimizer.pt``) by naming its optimizer state and scattering it.
 
 Imports: torch.
@@ -14,6 +14,7 @@ Imports: torch.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,33 @@ def is_sharded(tensor: Any) -> bool:
     return hasattr(tensor, "full_tensor") and hasattr(tensor, "device_mesh")
 
 
-def full_tensors(params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Every tensor whole, detached (a collective when sharded: every rank must call it)."""
-    return {n: (p.full_tensor() if is_sharded(p) else p).detach() for n, p in params.items()}
+def full_tensors(
+    params: Mapping[str, torch.Tensor], dtype: torch.dtype | None = None
+) -> dict[str, torch.Tensor]:
+    """Every tensor whole and detached, floating-point ones in ``dtype`` (their own when None).
+
+    Unsharded tensors come back as they are: views, no copy, unless ``dtype`` casts them. Sharded
+    ones (DTensors) are gathered one at a time, a collective that every rank must call with the same
+    tensors in the same order: each shard is cast first (so the gather moves ``dtype``, half the
+    bytes of fp32 master weights for a bf16 rollout), and only rank 0 keeps the whole tensor, copied
+    to the CPU before the next gather. So rank 0's accelerator holds one whole tensor at a time, the
+    other ranks keep no gathered tensor (a fully sharded model gives them ``{}``), and no rank ever
+    holds the whole model on its device.
+    """
+    keep = rank() == 0
+    out: dict[str, torch.Tensor] = {}
+    for name, p in params.items():
+        t = p.detach()
+        if dtype is not None and t.is_floating_point() and t.dtype != dtype:
+            t = t.to(dtype)  # a DTensor stays sharded: the cast is local
+        if not is_sharded(t):
+            out[name] = t
+            continue
+        whole = t.full_tensor()
+        if keep:
+            out[name] = whole.to("cpu")
+        del whole
+    return out
 
 
 def rank() -> int:

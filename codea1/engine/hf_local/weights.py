@@ -23,14 +23,23 @@ from codea1.engine.lora import lora_deltas, merged_weights
 
 class FullWeights:
     """A whole model trained by one role; ``reference`` is a frozen copy taken before any update, or
-    the given ``reference`` (one frozen copy can serve two roles that start from the same weights)."""
+    the given ``reference`` (one frozen copy can serve two roles that start from the same weights).
+    With ``reference_dtype`` the copy's parameters are made in that dtype directly (fp32 master
+    weights with a bf16 reference, as the learner ranks shard them), never as a second full copy in
+    the weights' own dtype."""
 
-    def __init__(self, model: Any, keep_reference: bool, reference: Any = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        keep_reference: bool,
+        reference: Any = None,
+        reference_dtype: torch.dtype | None = None,
+    ) -> None:
         self.model = model
         if not keep_reference:
             reference = None
         elif reference is None:
-            reference = _frozen_copy(model)
+            reference = _frozen_copy(model, reference_dtype)
         self.reference = reference
 
     def train_model(self) -> Any:
@@ -189,8 +198,14 @@ def copy_into(model: Any, weights: Mapping[str, torch.Tensor]) -> int:
     return copied
 
 
-def _frozen_copy(model: Any) -> Any:
-    ref = copy.deepcopy(model)
+def _frozen_copy(model: Any, dtype: torch.dtype | None = None) -> Any:
+    """A frozen deep copy of ``model`` in eval mode; with ``dtype``, each parameter is copied once,
+    cast (``deepcopy``'s memo hands the casts out, so tied parameters stay tied)."""
+    memo: dict[int, Any] = {}
+    if dtype is not None:
+        for p in model.parameters():  # named_parameters' de-duplication: one cast per tied tensor
+            memo[id(p)] = torch.nn.Parameter(p.detach().to(dtype, copy=True), requires_grad=False)
+    ref = copy.deepcopy(model, memo)
     ref.requires_grad_(False)
     ref.eval()
     return ref

@@ -9,6 +9,10 @@ agreed over the group, so an update equals the one-process update on the whole b
 run's dtype is bf16, the ranks keep fp32 master weights and AdamW state and compute in bf16 (FSDP2
 mixed precision): pure bf16 weights would round most updates at the paper's lr of 1e-6 away.
 
+A weight sync (``named_weights``) gathers full weights tensor by tensor in the rollout dtype (the
+compute dtype, which the replicas sample in: bf16 on GPU), onto rank 0's CPU only; LoRA tensors
+travel in their own dtype (the replicas merge them into the base). Checkpoints keep the fp32 masters.
+
 Imports: torch, config, engine.base, engine.hf_local, engine.loading.
 """
 
@@ -26,6 +30,7 @@ from codea1.engine.base import LossFn, TrainBatch
 from codea1.engine.hf_local import HFLearner
 from codea1.engine.hf_local.fsdp import shard
 from codea1.engine.hf_local.roles import load_trainable, with_adapters
+from codea1.engine.hf_local.sharded_state import full_tensors
 from codea1.engine.hf_local.weights import AdapterWeights, FullWeights
 from codea1.engine.loading import pick_device, pick_dtype
 
@@ -36,6 +41,8 @@ class LearnerWorker:
     def __init__(self, cfg: RunConfig, role: str, rank: int, world: int, shared: bool) -> None:
         self.cfg, self.role, self.rank, self.world, self.shared = cfg, role, rank, world, shared
         self.learner: HFLearner | None = None
+        self.rollout_dtype: torch.dtype | None = None
+        """What a sync sends full weights in (set by ``setup``; LoRA tensors keep their own)."""
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
     def address(self) -> tuple[str, int]:
@@ -61,14 +68,16 @@ class LearnerWorker:
             torch.cuda.set_device(0)
         compute = pick_dtype(engine.dtype, pick_device(engine.device))
         mixed = compute != torch.float32  # fp32 master weights and AdamW state, compute in bf16
+        self.rollout_dtype = compute if engine.mode == "separate" else None
         engine.dtype = "float32"
         model, tokenizer = load_trainable(engine, engine.role_model(self.role))
         keep_reference = self.cfg.loss.keeps_reference
         if engine.mode == "separate":
-            weights: Any = FullWeights(model, keep_reference)
+            # the frozen reference is copied straight into the compute dtype (no second fp32 copy)
+            weights: Any = FullWeights(model, keep_reference, reference_dtype=compute if mixed else None)
             shard(weights.model, compute if mixed else None)
-            if weights.reference is not None:  # frozen: held in the compute dtype, as locally
-                shard(weights.reference.to(compute))
+            if weights.reference is not None:
+                shard(weights.reference)
         else:
             names = ["coder"] if self.shared else ["coder", "tester"]
             weights = AdapterWeights(with_adapters(model, engine, names, seed=self.cfg.train.seed), self.role)
@@ -79,6 +88,8 @@ class LearnerWorker:
             weights, optim, total_steps, engine, self.cfg.loss,
             temperature=sampling.temperature, pad_id=tokenizer.pad_token_id,
         )  # fmt: skip
+        if cuda:  # the unsharded load's blocks, back to the GPU before a colocated replica starts
+            torch.cuda.empty_cache()
         return len(self.learner.params)
 
     def _learner(self) -> HFLearner:
@@ -95,8 +106,9 @@ class LearnerWorker:
         return self._learner().train_step(batch, loss_fn)
 
     def named_weights(self) -> dict[str, torch.Tensor] | None:
-        """The whole trainable tensors on rank 0 (on CPU), None on the others (all must call)."""
-        weights = self._learner().named_weights()
+        """The whole trainable tensors on rank 0, on the CPU, full weights in the rollout dtype; None
+        on the others, which take part in each gather and keep nothing (all ranks must call)."""
+        weights = full_tensors(self._learner().params, self.rollout_dtype)
         if self.rank != 0:
             return None
         return {n: t.to("cpu") for n, t in weights.items()}

@@ -3,8 +3,9 @@ sampling runs on ``cluster.rollout_replicas`` Ray actors.
 
 A call's prompts are cut into contiguous shares, one per replica, each told where its share starts
 (``SamplingParams.first_prompt``), so that per-request seeds — and with vLLM the completions — do
-not depend on the number of replicas. Weights are put in the object store once and every replica
-loads them from there.
+not depend on the number of replicas. Weights are put in the object store once (a learner group
+leaves them there, full weights already in the rollout dtype) and every replica loads them from
+there; each sync's seconds and bytes are measured (``RayPolicy.last_sync``).
 
 Imports: ray (lazily), config, engine.base, engine.loading, this package.
 """
@@ -89,13 +90,25 @@ class ReplicaGroup:
         }
         return out, stats
 
-    def send(self, method: str, *args: Any, weights: Mapping[str, torch.Tensor]) -> None:
-        """Call ``method(*args, weights)`` on every replica with the weights put in the store once."""
+    def send(self, method: str, *args: Any, weights: Mapping[str, torch.Tensor]) -> dict[str, float]:
+        """Call ``method(*args, weights)`` on every replica with the weights put in the store once.
+
+        Returns the sync's figures: ``seconds`` (wall clock, the replicas' fetches from the object
+        store included), ``bytes`` and ``tensors`` one replica received, ``replicas``, and
+        ``load_seconds`` of the slowest replica's load into its engine.
+        """
         self.wake()
         start = time.perf_counter()
         ref = weights.ref if isinstance(weights, RemoteWeights) else import_ray().put(dict(weights))
-        gather([getattr(r, method).remote(*args, ref) for r in self.replicas], self.what)
+        arrived = gather([getattr(r, method).remote(*args, ref) for r in self.replicas], self.what)
         self.sync_seconds = time.perf_counter() - start
+        return {
+            "seconds": self.sync_seconds,
+            "bytes": max((a["bytes"] for a in arrived), default=0.0),
+            "tensors": max((a["tensors"] for a in arrived), default=0.0),
+            "replicas": float(len(arrived)),
+            "load_seconds": max((a["seconds"] for a in arrived), default=0.0),
+        }
 
     def close(self) -> None:
         """Stop the replicas."""
@@ -106,24 +119,38 @@ class ReplicaGroup:
 
 
 class RayPolicy(ChatTemplatePrompts):
-    """The :class:`~codea1.engine.base.Policy` of one role on a :class:`ReplicaGroup`."""
+    """The :class:`~codea1.engine.base.Policy` of one role on a :class:`ReplicaGroup`.
+
+    ``last_stats`` has the latest ``generate``'s figures and, once weights have been sent,
+    ``sync_seconds`` / ``sync_bytes`` of the latest sync; ``last_sync`` holds all of that sync's
+    figures (:meth:`ReplicaGroup.send`).
+    """
 
     def __init__(self, group: ReplicaGroup, role: str, engine: str) -> None:
         self.group, self.role, self.name = group, role, engine
         self.tokenizer = group.tokenizer
         self.last_stats: dict[str, float] = {}
+        self.last_sync: dict[str, float] = {}
 
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[Completion]:
         """Sample ``params.n`` completions per prompt across the replicas (prompt-major)."""
-        out, self.last_stats = self.group.generate(self.role, prompts, params)
+        out, stats = self.group.generate(self.role, prompts, params)
+        self.last_stats = {**stats, **sync_stats(self.last_sync)}
         return out
 
     def load_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
         """Every replica samples from these full weights from now on."""
-        self.group.send("load_weights", weights=weights)
-        self.last_stats = {**self.last_stats, "sync_seconds": self.group.sync_seconds}
+        self._synced(self.group.send("load_weights", weights=weights))
 
     def load_adapter(self, role: str, weights: Mapping[str, torch.Tensor]) -> None:
         """Every replica samples ``role`` from the base plus these LoRA tensors from now on."""
-        self.group.send("load_adapter", role, weights=weights)
-        self.last_stats = {**self.last_stats, "sync_seconds": self.group.sync_seconds}
+        self._synced(self.group.send("load_adapter", role, weights=weights))
+
+    def _synced(self, sync: dict[str, float]) -> None:
+        self.last_sync = sync
+        self.last_stats = {**self.last_stats, **sync_stats(sync)}
+
+
+def sync_stats(sync: Mapping[str, float]) -> dict[str, float]:
+    """The ``last_stats`` keys of one weight sync: ``sync_seconds`` and ``sync_bytes``."""
+    return {"sync_seconds": float(sync["seconds"]), "sync_bytes": float(sync["bytes"])} if sync else {}

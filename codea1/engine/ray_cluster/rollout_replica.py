@@ -4,15 +4,21 @@ A replica of a ``separate``-mode role holds that role's model; in ``adapters`` m
 self-play one replica group serves both roles from one base (the adapters are merged in at a role
 switch, as in the local engines). The engine is vLLM (``engine.rollout: vllm``) or transformers
 ``generate``; weights arrive through the same ``load_weights`` / ``load_adapter`` seam as a local
-policy's, from the object store.
+policy's, from the object store. A vLLM replica loads no weights of its own: the engine reads them,
+the eos ids come from the model's generation config, and the frozen base of ``adapters`` mode is
+kept on the CPU; on CUDA the engine starts with the budget of its GPU's plan
+(``vllm_local.roles.replica_budget``).
 
-Imports: torch, config, engine.base, engine.hf_local, engine.vllm_local, engine.loading.
+Imports: torch, transformers (generation config), config, engine.base, engine.hf_local,
+engine.vllm_local, engine.loading.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -20,7 +26,26 @@ import torch
 from codea1.config import RunConfig
 from codea1.engine.base import Completion, SamplingParams
 from codea1.engine.hf_local.policy import eos_ids
-from codea1.engine.loading import load_model_and_tokenizer, model_location, pick_device, pick_dtype
+from codea1.engine.loading import (
+    load_model_and_tokenizer,
+    load_tokenizer,
+    model_location,
+    pick_device,
+    pick_dtype,
+)
+
+
+def config_eos_ids(location: str, tokenizer: Any) -> list[int]:
+    """The ids a completion stops at, as :func:`~codea1.engine.hf_local.policy.eos_ids` reads them
+    from a loaded model, from the model's ``generation_config.json`` alone (no weights loaded);
+    without that file, the generation config transformers derives from the model's config."""
+    from transformers import AutoConfig, GenerationConfig
+
+    try:
+        generation = GenerationConfig.from_pretrained(location)
+    except OSError:  # no generation_config.json: what from_pretrained falls back to
+        generation = GenerationConfig.from_model_config(AutoConfig.from_pretrained(location))
+    return sorted(eos_ids(SimpleNamespace(generation_config=generation), tokenizer))
 
 
 class RolloutReplica:
@@ -30,43 +55,50 @@ class RolloutReplica:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         cuda = cfg.cluster.gpus_per_worker > 0 and torch.cuda.is_available()
         cfg.engine.device = "cuda" if cuda else "cpu"
-        adapters = cfg.engine.mode == "adapters"
-        scale = cfg.engine.lora_scale
+        self.policies: dict[str, Any] = {}
+        self.sleeps = False
+        if engine == "vllm":
+            self.rollout = self._start_vllm(cfg, spec, roles)
+            return
+        from codea1.engine.hf_local import HFPolicy
+        from codea1.engine.hf_local.weights import MergedAdapterRollout, ModuleRollout
+
         model, tokenizer = load_model_and_tokenizer(
             spec, cfg.engine.dtype, cfg.engine.device, cfg.engine.cache_dir
         )
         model.requires_grad_(False)
-        self.policies: dict[str, Any] = {}
-        self.sleeps = False
-        if engine == "vllm":
-            from codea1.engine.vllm_local.policy import VLLMPolicy, VLLMRollout
-            from codea1.engine.vllm_local.roles import start_engine
-
-            device = pick_device(cfg.engine.device)
-            # colocated with learner ranks on a GPU: free the GPU while they update
-            self.sleeps = cfg.cluster.placement == "colocate" and device.type == "cuda"
-            llm = start_engine(
-                cfg, model_location(spec, cfg.engine.cache_dir), pick_dtype(cfg.engine.dtype, device),
-                in_process=device.type == "cpu", sleep_mode=self.sleeps,
-            )  # fmt: skip
-            base = {n: p.detach() for n, p in model.named_parameters()} if adapters else None
-            rollout: Any = VLLMRollout(llm, in_process=device.type == "cpu", base=base, lora_scale=scale)
-            eos = sorted(eos_ids(model, tokenizer))
-            if not adapters:
-                del model  # the engine holds its own copy
-            self.policies = {r: VLLMPolicy(rollout, tokenizer, eos, r) for r in roles}
+        if cfg.engine.mode == "adapters":
+            base = {n: p.detach().clone() for n, p in model.named_parameters()}
+            rollout: Any = MergedAdapterRollout(model, base, cfg.engine.lora_scale)
         else:
-            from codea1.engine.hf_local import HFPolicy
-            from codea1.engine.hf_local.weights import MergedAdapterRollout, ModuleRollout
-
-            if adapters:
-                base = {n: p.detach().clone() for n, p in model.named_parameters()}
-                rollout = MergedAdapterRollout(model, base, scale)
-            else:
-                rollout = ModuleRollout(model)
-            batch = cfg.coder.sampling.batch_size
-            self.policies = {r: HFPolicy(rollout, tokenizer, batch, r) for r in roles}
+            rollout = ModuleRollout(model)
+        batch = cfg.coder.sampling.batch_size
+        self.policies = {r: HFPolicy(rollout, tokenizer, batch, r) for r in roles}
         self.rollout = rollout
+
+    def _start_vllm(self, cfg: RunConfig, spec: str, roles: Sequence[str]) -> Any:
+        """Start the vLLM engine and the roles' policies on it; returns its ``VLLMRollout``."""
+        from codea1.engine.vllm_local.policy import VLLMPolicy, VLLMRollout
+        from codea1.engine.vllm_local.roles import replica_budget, start_engine
+
+        device = pick_device(cfg.engine.device)
+        dtype = pick_dtype(cfg.engine.dtype, device)
+        cpu = device.type == "cpu"
+        location = model_location(spec, cfg.engine.cache_dir)
+        tokenizer = load_tokenizer(location)
+        base = None
+        if cfg.engine.mode == "adapters":  # the frozen base the adapters merge into, on the CPU
+            name = "bfloat16" if dtype == torch.bfloat16 else "float32"
+            model, _ = load_model_and_tokenizer(spec, name, "cpu", cfg.engine.cache_dir)
+            base = {n: p.detach() for n, p in model.requires_grad_(False).named_parameters()}
+        # colocated with learner ranks on a GPU: free the GPU while they update
+        self.sleeps = cfg.cluster.placement == "colocate" and not cpu
+        budget = None if cpu else replica_budget(cfg, roles, location, dtype)
+        llm = start_engine(cfg, location, dtype, in_process=cpu, sleep_mode=self.sleeps, budget=budget)
+        rollout = VLLMRollout(llm, in_process=cpu, base=base, lora_scale=cfg.engine.lora_scale)
+        eos = config_eos_ids(location, tokenizer)
+        self.policies = {r: VLLMPolicy(rollout, tokenizer, eos, r) for r in roles}
+        return rollout
 
     def started(self) -> bool:
         """Whether the engine can sleep (see :meth:`sleep`); the constructor's errors surface here."""
@@ -85,12 +117,24 @@ class RolloutReplica:
         """Sample ``role``'s completions of this replica's prompts."""
         return self.policies[role].generate(prompts, params)
 
-    def load_weights(self, weights: Mapping[str, torch.Tensor]) -> int:
-        """Sample from these full weights from now on; returns how many tensors arrived."""
+    def load_weights(self, weights: Mapping[str, torch.Tensor]) -> dict[str, float]:
+        """Sample from these full weights from now on; returns what arrived (:func:`arrival`)."""
+        start = time.perf_counter()
         self.rollout.load_weights(weights)
-        return len(weights)
+        return arrival(weights, time.perf_counter() - start)
 
-    def load_adapter(self, role: str, weights: Mapping[str, torch.Tensor]) -> int:
-        """Sample ``role`` from the base plus these LoRA tensors from now on."""
+    def load_adapter(self, role: str, weights: Mapping[str, torch.Tensor]) -> dict[str, float]:
+        """Sample ``role`` from the base plus these LoRA tensors from now on; returns what arrived."""
+        start = time.perf_counter()
         self.rollout.load_adapter(role, weights)
-        return len(weights)
+        return arrival(weights, time.perf_counter() - start)
+
+
+def arrival(weights: Mapping[str, torch.Tensor], seconds: float) -> dict[str, float]:
+    """What one replica got in a sync: ``tensors``, ``bytes`` (as they came out of the object store)
+    and ``seconds`` spent loading them into its engine (the fetch is not included)."""
+    return {
+        "tensors": float(len(weights)),
+        "bytes": float(sum(t.numel() * t.element_size() for t in weights.values())),
+        "seconds": seconds,
+    }

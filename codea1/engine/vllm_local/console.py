@@ -15,7 +15,7 @@ weights``. vLLM logs it for every layer a reload gives no tensor to, after putti
 previous tensors back. That is what a sync means here: a partial set of tensors updates only those
 (``adapters`` mode sends the adapted projections only), the rotary embedding has no weights in any
 checkpoint (its cos/sin table is a buffer), and an output head tied to the embedding has no tensor
-of its own (``policy.repack_tied_head`` rebuilds it from the new embedding).
+of its own (``weight_sync.repack_tied_head`` rebuilds it from the new embedding).
 
 Imports: nothing heavy (logging, warnings).
 """

@@ -4,20 +4,19 @@
 is one role's view of it (``separate`` mode gives each role its own engine; ``adapters`` mode and
 self-play share one). Weights arrive only through ``load_weights`` (full tensors, Hugging Face
 names, partial allowed) and ``load_adapter`` (a role's LoRA tensors). On CPU vLLM's prepacked linear
-layers refuse a bare ``model.load_weights``; the worker's ``reload_weights`` restores their shapes,
-loads and repacks, so that is what is called: in-process with the tensors themselves, across
-processes (CUDA) through a safetensors file.
+layers refuse a bare ``model.load_weights``; vLLM's layer-wise reload restores their shapes, loads
+and repacks. In-process the worker's ``reload_weights`` gets the tensors themselves; across
+processes (vLLM's normal mode, CUDA) they travel in bounded buckets in the engine's dtype
+(``weight_sync``). Every sync is measured (``last_sync``, and ``sync_seconds`` / ``sync_bytes`` in
+the policy's ``last_stats``).
 
-Imports: torch, safetensors, vllm, core.seeds, engine.base, engine.lora, this package's console.
+Imports: torch, vllm, core.seeds, engine.base, engine.lora, this package's console and weight_sync.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -26,6 +25,7 @@ from codea1.core.seeds import request_seed
 from codea1.engine.base import ChatTemplatePrompts, Completion, SamplingParams
 from codea1.engine.lora import lora_deltas, merged_weights
 from codea1.engine.vllm_local.console import expected_reload_warnings_hidden
+from codea1.engine.vllm_local.weight_sync import BUCKET_BYTES, repack_tied_head, send_in_buckets, wire_bytes
 
 
 class VLLMRollout:
@@ -33,7 +33,11 @@ class VLLMRollout:
 
     ``base`` (``adapters`` mode) holds the frozen base weights under Hugging Face names (views of
     the learner's peft base, no copy); a role switch loads ``base + ΔW`` of the role's adapter into
-    the engine (one merged-weights sync per switch). ``in_process`` engines take tensors directly.
+    the engine (one merged-weights sync per switch). ``in_process`` engines take tensors directly;
+    the others (started with ``weight_sync.WEIGHT_SYNC_EXTENSION``) get them in buckets of at most
+    ``bucket_bytes``, cast to ``dtype`` (default: the engine's own, bf16 on GPU). ``last_sync``
+    describes the latest sync: ``seconds``, ``bytes`` (of the tensors the engine received, in the
+    dtype they travelled in), ``tensors`` and ``buckets`` (0 in-process: one call, no copy).
     """
 
     def __init__(
@@ -43,16 +47,21 @@ class VLLMRollout:
         in_process: bool,
         base: Mapping[str, torch.Tensor] | None = None,
         lora_scale: float = 1.0,
+        dtype: torch.dtype | None = None,
+        bucket_bytes: int = BUCKET_BYTES,
     ) -> None:
         self.llm = llm
         self.in_process = in_process
         self.base = base
         self.lora_scale = lora_scale
+        self.dtype = dtype if dtype is not None else engine_dtype(llm)
+        self.bucket_bytes = bucket_bytes
         self.adapters: dict[str, dict[str, torch.Tensor]] = {}
         self.versions: dict[str, int] = {}
         self.loaded: tuple[str, int] | None = None
         self.syncs = 0
         self.sync_seconds = 0.0
+        self.last_sync: dict[str, float] = {}
 
     # ---- weights -----------------------------------------------------------------------------------
 
@@ -70,58 +79,51 @@ class VLLMRollout:
         self.adapters[role] = {n: t.detach().to("cpu", copy=True) for n, t in weights.items()}
         self.versions[role] = self.versions.get(role, 0) + 1
 
-    def activate(self, role: str) -> None:
-        """Make the engine hold ``role``'s weights (``adapters`` mode: merge and sync when stale)."""
+    def activate(self, role: str) -> bool:
+        """Make the engine hold ``role``'s weights (``adapters`` mode: merge and sync when stale);
+        True when that took a sync."""
         if self.base is None:
-            return
+            return False
         state = (role, self.versions.get(role, 0))
         if self.loaded == state:
-            return
+            return False
+        synced = True
         if role in self.adapters:
             self._reload(merged_weights(self.base, self.adapters[role], role, self.lora_scale))
         elif self.loaded is not None:  # back to the untouched base for a role never pushed
             names = {n for r, w in self.adapters.items() for n in lora_deltas(w, r, 1.0)}
             self._reload({n: self.base[n] for n in names})
+        else:
+            synced = False
         self.loaded = state
+        return synced
 
     def _reload(self, weights: Mapping[str, torch.Tensor]) -> None:
         start = time.perf_counter()
-        if self.in_process:
+        if self.in_process:  # the worker is in this process: the tensors themselves, one call
             items = [(n, t.detach()) for n, t in weights.items()]
             with expected_reload_warnings_hidden():  # layers given no tensor keep theirs, as meant
                 self.llm.collective_rpc(
                     "reload_weights", kwargs={"weights_iterator": items, "is_checkpoint_format": True}
                 )
             self.llm.collective_rpc(repack_tied_head)
-        else:  # tensors do not travel through collective_rpc arguments; a file does
-            from safetensors.torch import save_file
-
-            shm = Path("/dev/shm")
-            with tempfile.TemporaryDirectory(prefix="codea1-sync-", dir=shm if shm.is_dir() else None) as d:
-                tensors = {n: t.detach().to("cpu").contiguous() for n, t in weights.items()}
-                save_file(tensors, os.path.join(d, "model.safetensors"))
-                self.llm.collective_rpc(
-                    "reload_weights", kwargs={"weights_path": d, "is_checkpoint_format": True}
-                )
+            sent, count = sum(wire_bytes(t, None) for _, t in items), 0
+        else:
+            sent, count = send_in_buckets(self.llm, weights, self.dtype, self.bucket_bytes)
         self.llm.reset_prefix_cache()  # cached prompt KV was computed with the old weights
+        seconds = time.perf_counter() - start
         self.syncs += 1
-        self.sync_seconds += time.perf_counter() - start
+        self.sync_seconds += seconds
+        self.last_sync = {
+            "seconds": seconds, "bytes": float(sent), "tensors": float(len(weights)), "buckets": float(count),
+        }  # fmt: skip
 
 
-def repack_tied_head(worker: Any) -> bool:
-    """Rebuild the CPU kernel of an output head tied to the input embedding; True when it did.
-
-    With tied embeddings the checkpoint has no ``lm_head.weight``, so ``reload_weights`` writes the
-    new embedding into the shared tensor but never reprocesses the head, whose CPU matmul still runs
-    on the weights packed at start-up (seen as a 0.68 log-prob gap after a sync before this).
-    """
-    model = worker.model_runner.get_model()
-    head = getattr(model, "lm_head", None)
-    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
-    if head is None or embed is None or head.weight.data_ptr() != embed.weight.data_ptr():
-        return False
-    head.quant_method.process_weights_after_loading(head)
-    return True
+def engine_dtype(llm: Any) -> torch.dtype | None:
+    """The dtype the engine's model runs in (None when the engine does not say)."""
+    config = getattr(getattr(llm, "llm_engine", None), "model_config", None)
+    dtype = getattr(config, "dtype", None)
+    return dtype if isinstance(dtype, torch.dtype) else None
 
 
 class VLLMPolicy(ChatTemplatePrompts):
@@ -132,7 +134,11 @@ class VLLMPolicy(ChatTemplatePrompts):
     size or on how requests are scheduled. Log-probs are vLLM's processed log-probs of the sampled
     tokens (the engine is built with ``logprobs_mode="processed_logprobs"``): ``log_softmax(logits /
     T)`` when ``top_p = 1`` and ``top_k = 0``; with truncation they are of the truncated
-    distribution. ``last_stats`` has ``sequences``, ``new_tokens``, ``seconds``, ``tokens_per_s``.
+    distribution. ``last_stats`` has ``sequences``, ``new_tokens``, ``seconds``, ``tokens_per_s`` of
+    the latest ``generate`` and, once weights have been sent, ``sync_seconds`` / ``sync_bytes`` of
+    the latest sync of this role's weights into the engine (a ``load_weights``; in ``adapters`` mode
+    the merge sent at the role's rollout, whose time ``seconds`` includes); ``last_sync`` holds all of
+    that sync's figures (see :class:`VLLMRollout`).
     """
 
     name = "vllm"
@@ -143,10 +149,13 @@ class VLLMPolicy(ChatTemplatePrompts):
         self.eos_ids: frozenset[int] = frozenset(eos_ids)
         self.role = role
         self.last_stats: dict[str, float] = {}
+        self.last_sync: dict[str, float] = {}
 
     def load_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
         """Sample from these full weights from now on (sent to the engine now)."""
         self.rollout.load_weights(weights)
+        self.last_sync = dict(self.rollout.last_sync)
+        self.last_stats = {**self.last_stats, **sync_stats(self.last_sync)}
 
     def load_adapter(self, role: str, weights: Mapping[str, torch.Tensor]) -> None:
         """Sample ``role`` from the base plus these LoRA tensors from now on."""
@@ -158,7 +167,8 @@ class VLLMPolicy(ChatTemplatePrompts):
         from vllm.inputs import TokensPrompt
 
         start = time.perf_counter()
-        self.rollout.activate(self.role)
+        if self.rollout.activate(self.role):  # adapters mode: this role's merged weights were sent now
+            self.last_sync = dict(self.rollout.last_sync)
         encoded = [self.tokenizer(p, add_special_tokens=False).input_ids for p in prompts]
         items = [(i, j) for i in range(len(prompts)) for j in range(params.n)]
         requests = [TokensPrompt(prompt_token_ids=list(encoded[i])) for i, _ in items]
@@ -187,6 +197,7 @@ class VLLMPolicy(ChatTemplatePrompts):
             "new_tokens": float(new_tokens),
             "seconds": seconds,
             "tokens_per_s": new_tokens / seconds if seconds > 0 else 0.0,
+            **sync_stats(self.last_sync),
         }
         return out
 
@@ -203,6 +214,11 @@ class VLLMPolicy(ChatTemplatePrompts):
             logprobs=tuple(logprobs),
             finished=cut is not None,
         )
+
+
+def sync_stats(sync: Mapping[str, float]) -> dict[str, float]:
+    """The ``last_stats`` keys of one weight sync: ``sync_seconds`` and ``sync_bytes``."""
+    return {"sync_seconds": float(sync["seconds"]), "sync_bytes": float(sync["bytes"])} if sync else {}
 
 
 def _sampled_logprob(step: Any, token: int) -> float:

@@ -1,0 +1,72 @@
+"""``benchmarks/cluster_memory.py --check``: every shipped GPU preset's plan passes vLLM's start-up
+rule where it is meant to run, layouts it is not meant for say so, and a bad plan fails."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from codea1.config import preset_names
+from tests.benchmarks.benchmark_scripts import load_benchmark
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "cluster_memory.py"
+
+cm = load_benchmark("cluster_memory")
+
+
+def test_the_check_passes_for_every_shipped_gpu_preset() -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--check"], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| paper-")]
+    presets = {row.split(" | ")[0].strip("| ") for row in rows}
+    assert presets == {n for n in preset_names() if n.startswith("paper-")}
+    assert not [row for row in rows if "| FAIL" in row]
+    shipped = [row for row in rows if "-ray | ray split |" in row]
+    assert len(shipped) == 3 * 2 * 4 and all(row.endswith("| PASS |") for row in shipped)
+    local_7b = [row for row in rows if row.startswith("| paper-7b | local")]
+    assert len(local_7b) == 2 and all(
+        "does not fit" in r and "use paper-7b-ray (16 GPUs)" in r for r in local_7b
+    )
+    assert "| paper-1.5b | local, 1 GPU | 141 GB (139 GiB) | 2 learners, 2 engines |" in done.stdout
+
+
+def test_a_kv_cache_that_overflows_fails_the_check(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [
+        "--check",
+        "--preset",
+        "paper-1.5b-ray",
+        "--gpu-gib",
+        "79",
+        "--set",
+        "engine.vllm_kv_cache_gib=74",
+    ]
+    assert cm.main(argv) == 1
+    out = capsys.readouterr().out
+    assert "| paper-1.5b-ray | ray split | 79 GiB | coder replica |" in out
+    assert "FAIL: coder replica: vLLM refuses to start" in out
+
+
+def test_a_shipped_layout_with_no_plan_fails_and_another_layout_only_does_not_fit(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["--check", "--preset", "paper-7b-ray", "--gpu-gib", "79", "--set", "engine.vllm_kv_cache_gib=0"]
+    assert cm.main(argv) == 0  # split derives a KV cache; colocate does not fit, which is no failure
+    out = capsys.readouterr().out
+    assert "does not fit: coder replica" in out and "use placement split" in out
+    too_small = [
+        "--check",
+        "--preset",
+        "paper-7b-ray",
+        "--gpu-gib",
+        "20",
+        "--set",
+        "engine.vllm_kv_cache_gib=0",
+    ]
+    assert cm.main(too_small) == 1
+    assert "| ray split | 20 GiB | coder replica | 0.5 | – | – |" in capsys.readouterr().out
