@@ -245,7 +245,8 @@ class EngineConfig:
     """Tokens per chunk when computing log-probs, so full-vocabulary logits are never all held."""
     share_prompts: bool = True
     """Learner passes run a prompt once for all its samples in a micro-batch (one decoder row, a
-    custom attention mask; SDPA and eager attention only). False: one row per sequence."""
+    custom attention mask; SDPA and eager attention only; on CUDA or with a token budget the rows
+    are capped and used only where they pay, ``hf_local.logprobs``). False: one row per sequence."""
     lora_r: int = 16
     """LoRA rank (adapters mode)."""
     lora_alpha: int = 32

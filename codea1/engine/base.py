@@ -180,8 +180,9 @@ class Learner(Protocol):
     """The LoRA adapter this learner trains, or None when it trains full weights."""
 
     def named_weights(self) -> dict[str, torch.Tensor]:
-        """The trainable tensors by name, detached and not copied (full weights under Hugging Face
-        names, or the adapter's LoRA tensors under peft names)."""
+        """The trainable tensors by name, detached (full weights under Hugging Face names, or the
+        adapter's LoRA tensors under peft names); a learner may hand them in its rollout dtype
+        (the Ray learner groups: bf16 copies of fp32 masters)."""
         ...
 
     def save(self, path: Path) -> None:

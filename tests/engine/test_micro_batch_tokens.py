@@ -169,9 +169,10 @@ def _update(model: torch.nn.Module, batch: TrainBatch, optim: OptimConfig, **opt
 
 @pytest.fixture(scope="module")
 def whole(model_and_batch) -> dict[str, Any]:
-    """The update of the whole batch in one micro-batch, one right-padded row per sequence."""
+    """The update of the whole batch in one micro-batch, one right-padded row per sequence (a token
+    budget that holds it all: the memory-bounded layout, no mask)."""
     model, batch = model_and_batch
-    return _update(model, batch, OptimConfig(**BASE, micro_batch_size=len(batch)), share_prompts=False)
+    return _update(model, batch, OptimConfig(**BASE, micro_batch_tokens=10**6), share_prompts=False)
 
 
 def _gap(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
@@ -335,3 +336,16 @@ def test_a_reference_copied_in_the_compute_dtype_keeps_its_ties_and_values() -> 
     for (name, p), (_, r) in zip(model.named_parameters(), ref.named_parameters(), strict=True):
         assert torch.equal(r, p.detach().to(torch.bfloat16)), name
         assert r.data_ptr() != p.data_ptr()
+
+
+def test_without_a_token_budget_on_cpu_the_layout_is_the_unbounded_one() -> None:
+    # longer completions than prompts: bounded, one row per sequence takes fewer positions
+    assert not sharing_pays([[0, 1], [2]], [2, 2, 2], [20, 20, 20])
+    assert sharing_pays([[0, 1], [2]], [2, 2, 2], [20, 20, 20], bounded=False)
+    assert not sharing_pays([[0], [1]], [6, 6], [3, 3], bounded=False)  # still: no row holds two
+
+
+def test_the_learner_bounds_its_rows_on_cuda_or_with_a_token_budget(model_and_batch) -> None:
+    model, _ = model_and_batch
+    assert not _learner(copy.deepcopy(model), OptimConfig(micro_batch_size=4)).bounded_rows  # CPU
+    assert _learner(copy.deepcopy(model), OptimConfig(micro_batch_tokens=64)).bounded_rows

@@ -183,6 +183,10 @@ class HFLearner:
         self.params = weights.trainable()
         if not self.params:
             raise ValueError("the role has no trainable parameters")
+        device = next(iter(self.params.values())).device
+        self.bounded_rows = optim.micro_batch_tokens > 0 or device.type == "cuda"
+        """Memory-bounded row layouts (capped shared rows, masks within a limit, no mask for rows of
+        one sequence) on CUDA or with a token budget; elsewhere the layout of earlier versions."""
         self.compute_dtype = compute_dtype
         if compute_dtype is not None:
             if any(is_sharded(p) for p in self.params.values()):
@@ -215,7 +219,10 @@ class HFLearner:
         and fp32 master weights where ``engine.dtype`` is bf16 on CUDA
         (:func:`master_weights_compute_dtype`; the Ray ranks load fp32 and shard with FSDP2 mixed
         precision instead, so they pass ``engine.dtype`` float32 here)."""
-        device = next(iter(weights.trainable().values())).device
+        params = weights.trainable()
+        if not params:
+            raise ValueError("the role has no trainable parameters")
+        device = next(iter(params.values())).device
         compute = master_weights_compute_dtype(device, pick_dtype(engine.dtype, device))
         return cls(
             weights, optim, total_steps, temperature=temperature, pad_id=pad_id,
@@ -261,6 +268,7 @@ class HFLearner:
                 with_grad=with_grad,
                 share_prompts=self.share_prompts,
                 max_row_tokens=self.max_row_tokens,
+                bounded=self.bounded_rows,
             )
 
     def train_step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:

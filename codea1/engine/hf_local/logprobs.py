@@ -89,13 +89,18 @@ def sharing_pays(
     prompt_lengths: Sequence[int],
     completion_lengths: Sequence[int],
     max_mask_elements: int = 0,
+    *,
+    bounded: bool = True,
 ) -> bool:
-    """Whether the shared-prompt ``rows`` are worth their dense mask: some row holds two sequences,
-    the rows take no more positions (rows × widest row) than one right-padded row per sequence
-    (sequences × longest sequence), and the mask (rows × width²) stays within ``max_mask_elements``
-    (0: no limit). So a token budget counted in padded positions bounds either layout."""
+    """Whether the shared-prompt ``rows`` are worth their dense mask: some row holds two sequences
+    and, when ``bounded``, the rows take no more positions (rows × widest row) than one right-padded
+    row per sequence (sequences × longest sequence) and the mask (rows × width²) stays within
+    ``max_mask_elements`` (0: no limit), so that a token budget counted in padded positions bounds
+    either layout. Unbounded (CPU runs without a token budget), any shared row pays."""
     if not any(len(r) > 1 for r in rows):
         return False
+    if not bounded:
+        return True
     width = max(prompt_lengths[r[0]] + sum(completion_lengths[i] for i in r) for r in rows)
     longest = max(p + c for p, c in zip(prompt_lengths, completion_lengths, strict=True))
     if len(rows) * width > len(prompt_lengths) * longest:
@@ -112,6 +117,7 @@ def pack(
     *,
     max_row_tokens: int = 0,
     max_mask_elements: int = 0,
+    bounded: bool = True,
 ) -> PackedBatch:
     """Lay out ``prompt + completion`` sequences as rows (see :class:`PackedBatch`).
 
@@ -127,7 +133,9 @@ def pack(
     share = False
     if attention in SHARED_PROMPT_ATTENTION:
         grouped = shared_rows(prompt_ids, comp_lengths, max_row_tokens)
-        share = sharing_pays(grouped, [len(p) for p in prompt_ids], comp_lengths, max_mask_elements)
+        share = sharing_pays(
+            grouped, [len(p) for p in prompt_ids], comp_lengths, max_mask_elements, bounded=bounded
+        )
         if share:
             members = grouped
     rows: list[list[int]] = []
@@ -282,6 +290,7 @@ def response_logprobs(
     share_prompts: bool = True,
     max_row_tokens: int = MAX_SHARED_ROW_TOKENS,
     max_mask_elements: int = MAX_MASK_ELEMENTS,
+    bounded: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Log-probs of each completion token given its prefix under ``softmax(logits / temperature)``.
 
@@ -293,6 +302,9 @@ def response_logprobs(
     (see :func:`pack`): the same log-probs up to float rounding, for fewer tokens. Right-padded rows
     of one sequence each run with no mask under SDPA and eager attention (causal attention is exact
     for them, and SDPA keeps its flash and causal kernels); other implementations get the padding mask.
+    ``bounded=False`` keeps the layout of earlier versions, bit for bit: no row cap, no mask limit,
+    every shared row used, the padding mask always passed (the learner's choice on CPU without a
+    token budget, where memory is not the constraint and runs stay reproducible across versions).
     """
     device = next(causal_lm.parameters()).device
     width = max([len(c) for c in completion_ids] + [1])
@@ -304,9 +316,10 @@ def response_logprobs(
     implementation = getattr(causal_lm.config, "_attn_implementation", None)
     packed = pack(
         prompt_ids, completion_ids, pad_id, device, implementation if share_prompts else None,
-        max_row_tokens=max_row_tokens, max_mask_elements=max_mask_elements,
+        max_row_tokens=max_row_tokens if bounded else 0, max_mask_elements=max_mask_elements if bounded else 0,
+        bounded=bounded,
     )  # fmt: skip
-    causal_only = packed.positions is None and implementation in SHARED_PROMPT_ATTENTION
+    causal_only = bounded and packed.positions is None and implementation in SHARED_PROMPT_ATTENTION
     lp, ent = scorer_of(causal_lm)(
         packed.ids, None if causal_only else packed.attention, packed.positions, packed.source_rows,
         packed.source_cols, packed.targets, temperature, chunk, with_grad,

@@ -101,7 +101,8 @@ class RayLearnerGroup:
         return self.last_stats
 
     def named_weights(self) -> RemoteWeights:
-        """The whole trainable tensors, gathered by rank 0 and left in the object store."""
+        """The whole trainable tensors in the rollout dtype (full weights; LoRA tensors in their own),
+        gathered by rank 0 and left in the object store."""
         refs = [w.named_weights.remote() for w in self.workers]
         # the other ranks took part in the gather; their failures surface here (rank 0's death too)
         gather(refs[1:], self.what, peers=refs[:1])

@@ -4,7 +4,7 @@ Only sampling runs in vLLM; the learners stay the transformers engine's (``hf_lo
 trainer moves their weights into vLLM after every update. Only ``engine.build`` imports this
 package, and vLLM itself is imported only when an engine starts.
 
-Imports: torch, transformers, vllm, config, engine.base, engine.loading, engine.lora.
+Imports: torch, transformers, vllm, config, engine.base, engine.loading, engine.lora, engine.memory.
 """
 
 from codea1.engine.vllm_local.policy import VLLMPolicy, VLLMRollout
