@@ -117,6 +117,8 @@ def probe_rate(cfg, lr: float, batch, steps: int) -> list[tuple[float, float]]: 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the probe's table for each rate, then the chosen rate."""
+    from codea1.cli import CliError
+    from codea1.cli.train import expand_model_paths
     from codea1.config import ConfigError, load_config
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -137,7 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.preset,
             [*args.overrides, f"data.train={args.data}", f"coder.sampling.n={args.n}", "train.method=golden"],
         )
-    except ConfigError as e:
+        expand_model_paths(cfg)  # ${CODEA1_QWEN_MODEL} and the like, as codea1 train does
+    except (ConfigError, CliError) as e:
         raise SystemExit(f"lr_probe: {e}") from None
     # golden: one model plays both roles, so the tester's sampling temperature must be the coder's
     tester_sampling = dataclasses.replace(cfg.tester.sampling, temperature=cfg.coder.sampling.temperature)

@@ -24,6 +24,9 @@ from codea1.config import RunConfig, load_config
 from codea1.limits import MAX_WORKERS
 from codea1.run_lock import LOCK_FILE, RunDirBusy, RunDirLock
 
+DEFAULT_PRESET = "demo-cpu"
+"""What ``codea1 train`` runs with no ``--preset``: the laptop demo (README)."""
+
 if TYPE_CHECKING:  # the engine's seam imports torch: the cli loads it only when it trains
     from codea1.engine.base import Roles
 
@@ -32,7 +35,9 @@ def register(subparsers: Any) -> None:
     """Add the ``train`` subcommand."""
     p = subparsers.add_parser("train", help="train the Code LLM and the Test LLM (Code-A1 or a baseline)")
     p.add_argument(
-        "--preset", default=None, help="preset name (codea1/presets/) or a YAML path (default tiny-cpu)"
+        "--preset",
+        default=None,
+        help=f"preset name (codea1/presets/) or a YAML path (default {DEFAULT_PRESET})",
     )
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field, e.g. --set coder.sampling.n=8 (repeatable)")  # fmt: skip
@@ -80,7 +85,7 @@ def resolve(args: argparse.Namespace) -> tuple[RunConfig, Path, bool]:
         check_machine(cfg, resume=True)
         return cfg, run_dir, True
     flags = flag_overrides(args)
-    cfg = load_config(args.preset or "tiny-cpu", [*args.overrides, *flags], labels=flags)
+    cfg = load_config(args.preset or DEFAULT_PRESET, [*args.overrides, *flags], labels=flags)
     check_machine(cfg, resume=False)
     if args.run_dir:
         run_dir = Path(args.run_dir)

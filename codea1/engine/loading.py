@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -214,6 +215,7 @@ def dequantize_gguf_to_cache(gguf: Path, cache_dir: Path) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=cache_dir))
     try:
         try:
+            print(f"codea1: de-quantising {gguf.name} once into the model cache ({cache_dir})", file=sys.stderr)
             with transformers_progress_bars_off():
                 tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
                 model = AutoModelForCausalLM.from_pretrained(
@@ -225,8 +227,9 @@ def dequantize_gguf_to_cache(gguf: Path, cache_dir: Path) -> Path:
         # weights are plain dequantised tensors; dropping it makes them ordinary models.
         if getattr(model, "hf_quantizer", None) is not None:
             model.hf_quantizer.remove_quantization_config(model)
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        with transformers_progress_bars_off():
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
         meta = {"format": _CACHE_FORMAT, "source": str(gguf), "size": gguf.stat().st_size}
         (tmp / "codea1-source.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
         try:
@@ -244,15 +247,24 @@ def dequantize_gguf_to_cache(gguf: Path, cache_dir: Path) -> Path:
 def transformers_progress_bars_off() -> Iterator[None]:
     """transformers' own progress bars ("Loading weights", GGUF de-quantisation) off inside the
     block, so that codea1's progress display is the only one; restored after."""
+    from transformers import modeling_gguf_pytorch_utils as gguf_reader
     from transformers.utils import logging as hf_logging
 
     was_enabled = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
+    reader_bar = gguf_reader.tqdm  # the GGUF converter calls tqdm itself, ignoring the switch above
+    gguf_reader.tqdm = _no_bar
     try:
         yield
     finally:
+        gguf_reader.tqdm = reader_bar
         if was_enabled:
             hf_logging.enable_progress_bar()
+
+
+def _no_bar(iterable: Any, *args: Any, **kwargs: Any) -> Any:
+    """``tqdm``'s call shape, without a bar."""
+    return iterable
 
 
 def load_tokenizer(location: str) -> Any:

@@ -78,7 +78,9 @@ def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     data.write_text("".join(json.dumps(problem(*p)) + "\n" for p in PROBLEMS))
     straight = root / "straight"
     sets = [*SETTINGS, f"engine.mode={mode}", f"data.train={data}", f"coder.optim.lr={LEARNING_RATE[mode]}"]
-    first = train("--run-dir", str(straight), *[a for s in sets for a in ("--set", s)])
+    first = train(
+        "--preset", "tiny-cpu", "--run-dir", str(straight), *[a for s in sets for a in ("--set", s)]
+    )
     resumed = root / "resumed"
     shutil.copytree(straight, resumed)
     shutil.rmtree(resumed / STEP2)

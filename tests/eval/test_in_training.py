@@ -15,7 +15,16 @@ from codea1.engine.scripted import ScriptedPolicy
 from codea1.eval.in_training import EVAL_DIR, InRunEvaluator, due
 from codea1.tracking import read_eval_points
 
-FAST = ["--engine", "scripted", "--progress", "plain", "--set", "tracking.tensorboard=false"]
+FAST = [
+    "--preset",
+    "tiny-cpu",
+    "--engine",
+    "scripted",
+    "--progress",
+    "plain",
+    "--set",
+    "tracking.tensorboard=false",
+]
 
 
 def _reference_answer(prompt: str, j: int) -> str:
@@ -104,7 +113,7 @@ def test_step_zero_equals_eval_code_sample_for_sample(tmp_path: Path) -> None:
     ]
     run = tmp_path / "run"
     args = [
-        "train", *FAST[2:], "--run-dir", str(run), "--steps", "1", "--set", "engine.kind=transformers",
+        "train", "--preset", "tiny-cpu", *FAST[4:], "--run-dir", str(run), "--steps", "1", "--set", "engine.kind=transformers",
         "--set", f"engine.coder_model={model}", "--set", "engine.rollout=transformers",
         "--set", "train.method=golden", "--set", "eval.data=demo:heldout", "--set", "eval.limit=3",
         "--set", "eval.n=2", "--set", "eval.max_new_tokens=24", "--set", "eval.seed=3",

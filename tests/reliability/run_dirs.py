@@ -15,7 +15,7 @@ import yaml
 from codea1.cli import main
 
 FAST = [
-    "--engine", "scripted", "--progress", "plain", "--set", "tracking.tensorboard=false",
+    "--preset", "tiny-cpu", "--engine", "scripted", "--progress", "plain", "--set", "tracking.tensorboard=false",
     "--set", "train.save_every=2", "--set", "train.keep_last=3",
 ]  # fmt: skip
 """A seconds-long scripted run with a checkpoint every second step, three kept."""

@@ -22,7 +22,7 @@ def test_ratio_interval_brackets_the_ratio_and_is_deterministic() -> None:
 def test_eval_points_become_banded_series_and_the_latest_table(tmp_path: Path) -> None:
     run = tmp_path / "run"
     args = [
-        "train", "--engine", "scripted", "--progress", "plain", "--set", "tracking.tensorboard=false",
+        "train", "--preset", "tiny-cpu", "--engine", "scripted", "--progress", "plain", "--set", "tracking.tensorboard=false",
         "--steps", "2", "--run-dir", str(run), "--set", "eval.data=demo:train", "--set", "eval.limit=6",
         "--set", "eval.n=2", "--set", "eval.max_mutants=3",
     ]  # fmt: skip

@@ -13,7 +13,16 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-FAST = ["--engine", "scripted", "--progress", "plain", "--set", "tracking.tensorboard=false"]
+FAST = [
+    "--preset",
+    "tiny-cpu",
+    "--engine",
+    "scripted",
+    "--progress",
+    "plain",
+    "--set",
+    "tracking.tensorboard=false",
+]
 
 
 def _env(**extra: str) -> dict[str, str]:

@@ -18,7 +18,16 @@ from codea1.config import load_config, preset_names
 from codea1.tracking import read_metrics
 from tests.demo_model import require_demo_model
 
-FAST = ["--engine", "scripted", "--progress", "plain", "--set", "tracking.tensorboard=false"]
+FAST = [
+    "--preset",
+    "tiny-cpu",
+    "--engine",
+    "scripted",
+    "--progress",
+    "plain",
+    "--set",
+    "tracking.tensorboard=false",
+]
 
 
 @pytest.mark.parametrize("preset", preset_names())
@@ -126,7 +135,23 @@ def test_smollm2_one_step_writes_a_complete_run_dir(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     tiny = ["--set", "data.problems_per_step=1", "--set", "coder.sampling.n=2", "--set", "tester.sampling.n=2",
             "--set", "coder.sampling.max_new_tokens=24", "--set", "tester.sampling.max_new_tokens=24"]  # fmt: skip
-    assert main(["train", "--steps", "1", "--progress", "plain", "--run-dir", str(run_dir), *tiny]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--preset",
+                "tiny-cpu",
+                "--steps",
+                "1",
+                "--progress",
+                "plain",
+                "--run-dir",
+                str(run_dir),
+                *tiny,
+            ]
+        )
+        == 0
+    )
     rows = read_metrics(run_dir)
     assert len(rows) == 1 and "loss/coder/optimizer_steps" in rows[0] and "time/coder_rollout" in rows[0]
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
