@@ -215,7 +215,9 @@ def dequantize_gguf_to_cache(gguf: Path, cache_dir: Path) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=cache_dir))
     try:
         try:
-            print(f"codea1: de-quantising {gguf.name} once into the model cache ({cache_dir})", file=sys.stderr)
+            print(
+                f"codea1: de-quantising {gguf.name} once into the model cache ({cache_dir})", file=sys.stderr
+            )
             with transformers_progress_bars_off():
                 tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
                 model = AutoModelForCausalLM.from_pretrained(
