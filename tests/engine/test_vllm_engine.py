@@ -14,9 +14,10 @@ import torch
 
 from codea1.config import load_config
 from codea1.core.losses import policy_loss
-from codea1.engine.base import SamplingParams, TrainBatch, push_weights
+from codea1.engine.base import SamplingParams, push_weights
 from codea1.engine.vllm_local.available import vllm_import_error
 from tests.demo_model import require_demo_model
+from tests.engine.sampled_batches import max_logprob_gap, signed_batch
 
 require_demo_model()
 if vllm_import_error():
@@ -56,20 +57,6 @@ def _prompts(policy, k=3):
     return [policy.render([{"role": "user", "content": q}]) for q in QUESTIONS[:k]]
 
 
-def _batch(comps) -> TrainBatch:
-    return TrainBatch(
-        prompt_ids=[c.prompt_ids for c in comps],
-        completion_ids=[c.completion_ids for c in comps],
-        advantages=[1.0 if i % 2 else -1.0 for i in range(len(comps))],
-    )
-
-
-def _max_diff(comps, recomputed) -> float:
-    return max(
-        abs(a - b) for c, r in zip(comps, recomputed, strict=True) for a, b in zip(c.logprobs, r, strict=True)
-    )
-
-
 def _greedy_hf(learner, policy, prompts, max_new_tokens=16):
     """Greedy completions of the learner's own weights through transformers ``generate``."""
     model = learner.weights.train_model()
@@ -95,7 +82,7 @@ def test_sampling_logprobs_match_the_learner_with_temperature(separate):
     for c in comps:
         eos = [i for i, t in enumerate(c.completion_ids) if t in policy.eos_ids]
         assert eos == ([len(c.completion_ids) - 1] if c.finished else [])
-    assert _max_diff(comps, learner.logprobs(_batch(comps))) < TOL
+    assert max_logprob_gap(comps, learner.logprobs(signed_batch(comps))) < TOL
     assert policy.last_stats["tokens_per_s"] > 0
 
 
@@ -119,22 +106,22 @@ def test_an_update_reaches_vllm_only_through_the_push_and_only_for_that_role(sep
     tester, tester_learner = separate.tester_policy, separate.tester_learner
     prompts = _prompts(coder)
     comps = coder.generate(prompts, SamplingParams(n=2, temperature=0.7, max_new_tokens=16, seed=5))
-    batch = _batch(comps)
+    batch = signed_batch(comps)
     batch.old_logprobs = learner.logprobs(batch)
     learner.train_step(batch, pg_loss)
 
     stale = coder.generate(prompts, SamplingParams(n=2, temperature=0.7, max_new_tokens=16, seed=6))
-    assert _max_diff(stale, learner.logprobs(_batch(stale))) > 10 * TOL  # not synced yet
+    assert max_logprob_gap(stale, learner.logprobs(signed_batch(stale))) > 10 * TOL  # not synced yet
 
     push_weights(learner, coder)
     fresh = coder.generate(prompts, SamplingParams(n=2, temperature=0.7, max_new_tokens=16, seed=6))
-    assert _max_diff(fresh, learner.logprobs(_batch(fresh))) < TOL
+    assert max_logprob_gap(fresh, learner.logprobs(signed_batch(fresh))) < TOL
     greedy = coder.generate(prompts, SamplingParams(n=1, temperature=0.0, max_new_tokens=16))
     assert [c.completion_ids for c in greedy] == _greedy_hf(learner, coder, prompts)
 
     # the tester's engine still holds the tester's (unchanged) weights
     t_comps = tester.generate(prompts, SamplingParams(n=2, temperature=1.0, max_new_tokens=16, seed=7))
-    assert _max_diff(t_comps, tester_learner.logprobs(_batch(t_comps))) < TOL
+    assert max_logprob_gap(t_comps, tester_learner.logprobs(signed_batch(t_comps))) < TOL
 
 
 def test_adapters_one_engine_serves_both_roles_and_a_push_moves_one():
@@ -143,16 +130,18 @@ def test_adapters_one_engine_serves_both_roles_and_a_push_moves_one():
     assert coder.rollout is tester.rollout
     prompts = _prompts(coder)
     comps = coder.generate(prompts, SamplingParams(n=2, temperature=0.7, max_new_tokens=16, seed=5))
-    assert _max_diff(comps, roles.coder_learner.logprobs(_batch(comps))) < TOL
-    batch = _batch(comps)
+    assert max_logprob_gap(comps, roles.coder_learner.logprobs(signed_batch(comps))) < TOL
+    batch = signed_batch(comps)
     batch.old_logprobs = roles.coder_learner.logprobs(batch)
     roles.coder_learner.train_step(batch, pg_loss)
     push_weights(roles.coder_learner, coder)
     push_weights(roles.tester_learner, tester)
     fresh = coder.generate(prompts, SamplingParams(n=2, temperature=0.7, max_new_tokens=16, seed=6))
-    assert _max_diff(fresh, roles.coder_learner.logprobs(_batch(fresh))) < TOL
+    assert max_logprob_gap(fresh, roles.coder_learner.logprobs(signed_batch(fresh))) < TOL
     t_comps = tester.generate(prompts, SamplingParams(n=2, temperature=1.0, max_new_tokens=16, seed=7))
-    assert _max_diff(t_comps, roles.tester_learner.logprobs(_batch(t_comps))) < TOL  # still the base
+    assert (
+        max_logprob_gap(t_comps, roles.tester_learner.logprobs(signed_batch(t_comps))) < TOL
+    )  # still the base
     again = coder.generate(prompts, SamplingParams(n=2, temperature=0.7, max_new_tokens=16, seed=6))
     assert [c.completion_ids for c in again] == [c.completion_ids for c in fresh]  # switched back exactly
     assert greedy_equal(roles, prompts)

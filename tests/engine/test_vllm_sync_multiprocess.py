@@ -19,10 +19,11 @@ import torch
 
 from codea1.config import load_config
 from codea1.core.losses import policy_loss
-from codea1.engine.base import SamplingParams, TrainBatch, push_weights
+from codea1.engine.base import SamplingParams, push_weights
 from codea1.engine.vllm_local.available import vllm_import_error
 from codea1.engine.vllm_local.weight_sync import buckets
 from tests.demo_model import require_demo_model
+from tests.engine.sampled_batches import max_logprob_gap, signed_batch
 
 require_demo_model()
 if vllm_import_error():
@@ -105,20 +106,6 @@ def _prompts(policy):
     return [policy.render([{"role": "user", "content": q}]) for q in QUESTIONS]
 
 
-def _batch(comps) -> TrainBatch:
-    return TrainBatch(
-        prompt_ids=[c.prompt_ids for c in comps],
-        completion_ids=[c.completion_ids for c in comps],
-        advantages=[1.0 if i % 2 else -1.0 for i in range(len(comps))],
-    )
-
-
-def _max_diff(comps, recomputed) -> float:
-    return max(
-        abs(a - b) for c, r in zip(comps, recomputed, strict=True) for a, b in zip(c.logprobs, r, strict=True)
-    )
-
-
 def _greedy_hf(learner, policy, prompts):
     model = learner.weights.train_model()
     out = []
@@ -136,7 +123,7 @@ def _greedy_hf(learner, policy, prompts):
 
 def _sample_and_compare(policy, learner, prompts, seed: int) -> float:
     comps = policy.generate(prompts, SamplingParams(n=2, temperature=0.7, max_new_tokens=16, seed=seed))
-    return _max_diff(comps, learner.logprobs(_batch(comps)))
+    return max_logprob_gap(comps, learner.logprobs(signed_batch(comps)))
 
 
 def test_a_push_reaches_an_engine_in_another_process_in_buckets_fp32_then_bf16(setup):
@@ -146,7 +133,7 @@ def test_a_push_reaches_an_engine_in_another_process_in_buckets_fp32_then_bf16(s
     seen: dict[str, object] = {"base": _sample_and_compare(policy, learner, prompts, seed=3)}
 
     comps = policy.generate(prompts, SamplingParams(n=2, temperature=0.7, max_new_tokens=16, seed=5))
-    batch = _batch(comps)
+    batch = signed_batch(comps)
     batch.old_logprobs = learner.logprobs(batch)
     learner.train_step(batch, pg_loss)
     seen["stale"] = _sample_and_compare(policy, learner, prompts, seed=6)

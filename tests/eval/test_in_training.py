@@ -14,17 +14,9 @@ from codea1.data.problems import load_problems
 from codea1.engine.scripted import ScriptedPolicy
 from codea1.eval.in_training import EVAL_DIR, InRunEvaluator, due
 from codea1.tracking import read_eval_points
+from tests.scripted_run import SCRIPTED_RUN
 
-FAST = [
-    "--preset",
-    "tiny-cpu",
-    "--engine",
-    "scripted",
-    "--progress",
-    "plain",
-    "--set",
-    "tracking.tensorboard=false",
-]
+FAST = SCRIPTED_RUN
 
 
 def _reference_answer(prompt: str, j: int) -> str:

@@ -12,17 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.scripted_run import SCRIPTED_RUN
+
 REPO = Path(__file__).resolve().parents[2]
-FAST = [
-    "--preset",
-    "tiny-cpu",
-    "--engine",
-    "scripted",
-    "--progress",
-    "plain",
-    "--set",
-    "tracking.tensorboard=false",
-]
+FAST = SCRIPTED_RUN
 
 
 def _env(**extra: str) -> dict[str, str]:

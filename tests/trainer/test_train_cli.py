@@ -17,17 +17,9 @@ from codea1.cli import main
 from codea1.config import load_config, preset_names
 from codea1.tracking import read_metrics
 from tests.demo_model import require_demo_model
+from tests.scripted_run import SCRIPTED_RUN
 
-FAST = [
-    "--preset",
-    "tiny-cpu",
-    "--engine",
-    "scripted",
-    "--progress",
-    "plain",
-    "--set",
-    "tracking.tensorboard=false",
-]
+FAST = SCRIPTED_RUN
 
 
 @pytest.mark.parametrize("preset", preset_names())
