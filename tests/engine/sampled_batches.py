@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
+
+import torch
 
 from codea1.engine.base import Completion, TrainBatch
 
@@ -21,3 +24,22 @@ def max_logprob_gap(comps: Sequence[Completion], recomputed: Sequence[Sequence[f
     return max(
         abs(a - b) for c, r in zip(comps, recomputed, strict=True) for a, b in zip(c.logprobs, r, strict=True)
     )
+
+
+def greedy_transformers(
+    learner: Any, policy: Any, prompts: Sequence[str], max_new_tokens: int = 16
+) -> list[tuple[int, ...]]:
+    """Greedy completions of the learner's own weights through transformers ``generate``, cut after
+    the first eos token (what a greedy rollout engine must reproduce)."""
+    model = learner.weights.train_model()
+    out = []
+    with torch.no_grad():
+        for p in prompts:
+            ids = torch.tensor([policy.tokenizer(p, add_special_tokens=False).input_ids])
+            seq = model.generate(
+                input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                max_new_tokens=max_new_tokens, eos_token_id=sorted(policy.eos_ids),
+            )[0, ids.shape[1]:].tolist()  # fmt: skip
+            cut = next((t + 1 for t, tok in enumerate(seq) if tok in policy.eos_ids), len(seq))
+            out.append(tuple(seq[:cut]))
+    return out

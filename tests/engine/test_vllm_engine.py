@@ -10,14 +10,13 @@ from __future__ import annotations
 import functools
 
 import pytest
-import torch
 
 from codea1.config import load_config
 from codea1.core.losses import policy_loss
 from codea1.engine.base import SamplingParams, push_weights
 from codea1.engine.vllm_local.available import vllm_import_error
 from tests.demo_model import require_demo_model
-from tests.engine.sampled_batches import max_logprob_gap, signed_batch
+from tests.engine.sampled_batches import greedy_transformers, max_logprob_gap, signed_batch
 
 require_demo_model()
 if vllm_import_error():
@@ -55,22 +54,6 @@ def separate():
 
 def _prompts(policy, k=3):
     return [policy.render([{"role": "user", "content": q}]) for q in QUESTIONS[:k]]
-
-
-def _greedy_hf(learner, policy, prompts, max_new_tokens=16):
-    """Greedy completions of the learner's own weights through transformers ``generate``."""
-    model = learner.weights.train_model()
-    out = []
-    with torch.no_grad():
-        for p in prompts:
-            ids = torch.tensor([policy.tokenizer(p, add_special_tokens=False).input_ids])
-            seq = model.generate(
-                input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                max_new_tokens=max_new_tokens, eos_token_id=sorted(policy.eos_ids),
-            )[0, ids.shape[1]:].tolist()  # fmt: skip
-            cut = next((t + 1 for t, tok in enumerate(seq) if tok in policy.eos_ids), len(seq))
-            out.append(tuple(seq[:cut]))
-    return out
 
 
 def test_sampling_logprobs_match_the_learner_with_temperature(separate):
@@ -117,7 +100,7 @@ def test_an_update_reaches_vllm_only_through_the_push_and_only_for_that_role(sep
     fresh = coder.generate(prompts, SamplingParams(n=2, temperature=0.7, max_new_tokens=16, seed=6))
     assert max_logprob_gap(fresh, learner.logprobs(signed_batch(fresh))) < TOL
     greedy = coder.generate(prompts, SamplingParams(n=1, temperature=0.0, max_new_tokens=16))
-    assert [c.completion_ids for c in greedy] == _greedy_hf(learner, coder, prompts)
+    assert [c.completion_ids for c in greedy] == greedy_transformers(learner, coder, prompts)
 
     # the tester's engine still holds the tester's (unchanged) weights
     t_comps = tester.generate(prompts, SamplingParams(n=2, temperature=1.0, max_new_tokens=16, seed=7))
@@ -150,7 +133,9 @@ def test_adapters_one_engine_serves_both_roles_and_a_push_moves_one():
 def greedy_equal(roles, prompts) -> bool:
     """Greedy vLLM output of the coder equals greedy transformers output of its learner's weights."""
     greedy = roles.coder_policy.generate(prompts, SamplingParams(n=1, temperature=0.0, max_new_tokens=16))
-    return [c.completion_ids for c in greedy] == _greedy_hf(roles.coder_learner, roles.coder_policy, prompts)
+    return [c.completion_ids for c in greedy] == greedy_transformers(
+        roles.coder_learner, roles.coder_policy, prompts
+    )
 
 
 def test_seeded_prompts_beyond_one_scheduling_step_do_not_kill_the_cpu_engine():

@@ -23,7 +23,7 @@ from codea1.engine.base import SamplingParams, push_weights
 from codea1.engine.vllm_local.available import vllm_import_error
 from codea1.engine.vllm_local.weight_sync import buckets
 from tests.demo_model import require_demo_model
-from tests.engine.sampled_batches import max_logprob_gap, signed_batch
+from tests.engine.sampled_batches import greedy_transformers, max_logprob_gap, signed_batch
 
 require_demo_model()
 if vllm_import_error():
@@ -106,21 +106,6 @@ def _prompts(policy):
     return [policy.render([{"role": "user", "content": q}]) for q in QUESTIONS]
 
 
-def _greedy_hf(learner, policy, prompts):
-    model = learner.weights.train_model()
-    out = []
-    with torch.no_grad():
-        for p in prompts:
-            ids = torch.tensor([policy.tokenizer(p, add_special_tokens=False).input_ids])
-            seq = model.generate(
-                input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                max_new_tokens=16, eos_token_id=sorted(policy.eos_ids),
-            )[0, ids.shape[1]:].tolist()  # fmt: skip
-            cut = next((t + 1 for t, tok in enumerate(seq) if tok in policy.eos_ids), len(seq))
-            out.append(tuple(seq[:cut]))
-    return out
-
-
 def _sample_and_compare(policy, learner, prompts, seed: int) -> float:
     comps = policy.generate(prompts, SamplingParams(n=2, temperature=0.7, max_new_tokens=16, seed=seed))
     return max_logprob_gap(comps, learner.logprobs(signed_batch(comps)))
@@ -145,7 +130,7 @@ def test_a_push_reaches_an_engine_in_another_process_in_buckets_fp32_then_bf16(s
     seen["fp32 stats"] = {k: v for k, v in policy.last_stats.items() if k.startswith("sync_")}
     seen["fp32 fresh"] = _sample_and_compare(policy, learner, prompts, seed=6)
     greedy = policy.generate(prompts, SamplingParams(n=1, temperature=0.0, max_new_tokens=16))
-    seen["fp32 greedy"] = [c.completion_ids for c in greedy] == _greedy_hf(learner, policy, prompts)
+    seen["fp32 greedy"] = [c.completion_ids for c in greedy] == greedy_transformers(learner, policy, prompts)
 
     # bf16 on the wire (the rollout dtype on GPU): the learner's weights rounded to bf16 first, so
     # the engine must sample exactly them
@@ -157,7 +142,7 @@ def test_a_push_reaches_an_engine_in_another_process_in_buckets_fp32_then_bf16(s
     seen["bf16 sync"] = bf16 = dict(policy.rollout.last_sync)
     seen["bf16 fresh"] = _sample_and_compare(policy, learner, prompts, seed=8)
     greedy = policy.generate(prompts, SamplingParams(n=1, temperature=0.0, max_new_tokens=16))
-    seen["bf16 greedy"] = [c.completion_ids for c in greedy] == _greedy_hf(learner, policy, prompts)
+    seen["bf16 greedy"] = [c.completion_ids for c in greedy] == greedy_transformers(learner, policy, prompts)
     print(f"\nmultiprocess sync of SmolLM2-135M: {seen}")
 
     assert seen["base"] < TOL  # both hold the base model
