@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import sys
 import time
 from collections.abc import Sequence
 
@@ -168,4 +169,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except SystemExit as stop:  # a refused argument: its one line, and exit status 2
+        if isinstance(stop.code, str):
+            print(stop.code, file=sys.stderr)
+            raise SystemExit(2) from None
+        raise
