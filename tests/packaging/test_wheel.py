@@ -23,6 +23,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED_PRESETS = {
+    "demo-cpu",
     "tiny-cpu",
     "qwen-coder-0.5b-cpu",
     "paper-1.5b",
