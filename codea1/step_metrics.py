@@ -1,5 +1,5 @@
-"""The metrics of one training step: the ``coder/``, ``tester/``, ``exec/``, ``replay/`` and
-``rollout/`` keys of ``metrics.jsonl``, as docs/metrics.md lists them (``loss/`` keys come from the
+"""The metrics of one training step: the ``coder/``, ``tester/``, ``exec/``, ``replay/``, ``rollout/``
+and ``memory/`` keys of ``metrics.jsonl``, as docs/metrics.md lists them (``loss/`` keys come from the
 learners, ``time/`` keys from the tracker).
 
 The trainer calls :func:`sampling_metrics` right after each role's rollout (it reads the policy's
@@ -52,6 +52,15 @@ def sync_metrics(role: str, policy: Policy) -> dict[str, float]:
     and ``…/sync_bytes``, when the engine reports it (vLLM and Ray policies do)."""
     stats = policy.last_stats
     return {f"rollout/{role}/{k}": float(stats[k]) for k in ("sync_seconds", "sync_bytes") if k in stats}
+
+
+def memory_metrics() -> dict[str, float]:
+    """``memory/peak_rss_gib``: the largest resident set this process has had so far, in GiB (the
+    trainer with its in-process learners and CPU vLLM engine; not the sandbox workers or Ray actors,
+    which are processes of their own). Linux reports ``ru_maxrss`` in KiB."""
+    import resource
+
+    return {"memory/peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
 
 
 def step_metrics(

@@ -1,7 +1,7 @@
 """Where a run's numbers go: ``metrics.jsonl`` (always), TensorBoard and W&B (when enabled),
 per-step rollout samples, phase timers and the live progress display.
 
-Metric keys are namespaced ``coder/ tester/ exec/ replay/ loss/ time/`` (see ``docs/metrics.md``).
+Metric keys are namespaced ``coder/ tester/ exec/ replay/ loss/ time/ memory/`` (see ``docs/metrics.md``).
 ``metrics.jsonl`` holds one JSON object per step, appended and flushed as one write, so a crash
 never leaves a torn line behind a complete one; :func:`truncate_metrics` drops lines past a
 checkpoint on resume, keeping every readable earlier line and a copy of the original file.
@@ -26,7 +26,7 @@ METRICS_FILE = "metrics.jsonl"
 EVAL_FILE = "eval.jsonl"
 """The run's evaluation points (docs/metrics.md, ``eval/``), one row per evaluated step."""
 SAMPLES_DIR = "samples"
-METRIC_NAMESPACES = ("coder/", "tester/", "exec/", "replay/", "loss/", "time/")
+METRIC_NAMESPACES = ("coder/", "tester/", "exec/", "replay/", "loss/", "time/", "memory/")
 
 
 class TrackingError(RuntimeError):

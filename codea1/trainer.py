@@ -20,9 +20,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -43,9 +44,11 @@ from codea1.eval.in_training import InRunEvaluator, due
 from codea1.replay.mistake_book import MistakeBook
 from codea1.run_lock import RunDirLock
 from codea1.scoring import GridRunner, ProblemScore, Score, bind_policy_loss, score_batch, score_golden
-from codea1.step_metrics import TrainedRole, sampling_metrics, step_metrics, sync_metrics
+from codea1.step_metrics import TrainedRole, memory_metrics, sampling_metrics, step_metrics, sync_metrics
 from codea1.tracking import Tracker, read_eval_points, truncate_metrics
 from codea1.types import Problem, TestCase
+
+T = TypeVar("T")
 
 OOM_KNOBS = (
     "coder/tester.optim.micro_batch_size (or micro_batch_tokens), coder/tester.sampling.batch_size, "
@@ -115,6 +118,19 @@ def is_out_of_memory(e: BaseException) -> bool:
     if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
         return True
     return isinstance(e, RuntimeError) and "out of memory" in str(e).lower()
+
+
+def side_by_side(*jobs: Callable[[], T]) -> list[T]:
+    """Run ``jobs`` in threads of their own and return their results in order, after every job has
+    ended; the first failure, in order, is raised. For calls that wait on other devices (a Ray
+    learner group per role), not for computing in this process."""
+    pool = ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="codea1-role")
+    try:
+        futures = [pool.submit(job) for job in jobs]
+        wait(futures)
+    finally:  # a second Ctrl-C leaves the jobs' threads behind instead of waiting for them
+        pool.shutdown(wait=False, cancel_futures=True)
+    return [f.result() for f in futures]
 
 
 def _abort_now(signum: int, frame: Any) -> None:
@@ -226,6 +242,13 @@ class Trainer:
         if self.shared:
             with tracker.phase("update"):
                 update_stats |= self._update_role("coder", m.coder_learner, coder_batch.merge(tester_batch))
+        elif m.updates_overlap:  # each role on devices of its own: both at once, the same results
+            with tracker.phase("update"):
+                coder_stats, tester_stats = side_by_side(
+                    lambda: self._update_role("coder", m.coder_learner, coder_batch),
+                    lambda: self._update_role("tester", m.tester_learner, tester_batch),
+                )
+                update_stats |= coder_stats | tester_stats
         else:
             with tracker.phase("update_coder"):
                 update_stats |= self._update_role("coder", m.coder_learner, coder_batch)
@@ -246,7 +269,7 @@ class Trainer:
                 tester=TrainedRole(tester_batch, tester_adv) if trains_tester else None,
                 groups_selected=selected,
             )  # fmt: skip
-            metrics |= update_stats | sampling_stats
+            metrics |= update_stats | sampling_stats | memory_metrics()
             limit = cfg.tracking.samples_per_step
             records = ro.sample_records(rollout, coder_batch, "coder", limit)
             records += ro.sample_records(rollout, tester_batch, "tester", limit)
@@ -292,8 +315,15 @@ class Trainer:
         """The trainer moves each trained role's weights to the policy that samples it (once when
         one model plays both roles)."""
         m = self.models
-        push_weights(m.coder_learner, m.coder_policy)
-        if not self.shared:
+        if self.shared:
+            push_weights(m.coder_learner, m.coder_policy)
+        elif m.updates_overlap:
+            side_by_side(
+                lambda: push_weights(m.coder_learner, m.coder_policy),
+                lambda: push_weights(m.tester_learner, m.tester_policy),
+            )
+        else:
+            push_weights(m.coder_learner, m.coder_policy)
             push_weights(m.tester_learner, m.tester_policy)
 
     # ---- evaluation inside the run ---------------------------------------------------------------

@@ -225,6 +225,7 @@ def run(args: argparse.Namespace) -> int:
         "exec/code_valid_rate",
         "replay/book_size",
         "time/step",
+        "memory/peak_rss_gib",
     )
     shown = ", ".join(f"{k} {last[k]:.3f}" for k in keys if last.get(k) is not None)
     ckpt = f"checkpoint {summary.checkpoint}" if summary.checkpoint else "no checkpoint written"

@@ -221,6 +221,13 @@ class Roles(Protocol):
     @property
     def tester_learner(self) -> Learner: ...
 
+    @property
+    def updates_overlap(self) -> bool:
+        """Whether the two roles train and sync on devices of their own (the Ray backend's ``split``
+        placement with two learner groups), so the trainer may update and push both at once; False
+        when they share devices or one model plays both roles."""
+        ...
+
     def close(self) -> None:
         """Release what the engine holds outside this process (the Ray backend's actors and
         placement group); a no-op for engines living in this process. Called once, at the end."""

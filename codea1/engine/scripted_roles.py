@@ -68,6 +68,8 @@ class ScriptedRoles:
     coder_learner: ScriptedLearner
     tester_policy: ScriptedPolicy
     tester_learner: ScriptedLearner
+    updates_overlap: bool = False
+    """As the Ray backend's ``split`` placement when True (tests of the trainer's side-by-side updates)."""
 
     def close(self) -> None:
         """Nothing to release: the fakes live in this process."""

@@ -52,7 +52,7 @@ SETTINGS = [
     "coder.sampling.max_new_tokens=64", "tracking.tensorboard=false",
 ]  # fmt: skip
 LEARNING_RATE = {"separate": 1e-4, "adapters": 1e-3}
-TIMING = re.compile(r"^time/|(/|_)seconds$|/tokens_per_s$")
+TIMING = re.compile(r"^time/|^memory/|(/|_)seconds$|/tokens_per_s$")
 VLLM_NOISE = re.compile(
     r"^\(\w+ pid=\d+\) (DEBUG|INFO|WARNING) |Failed to load weights|Loading safetensors checkpoint shards"
     r"|FutureWarning|Triton not available"

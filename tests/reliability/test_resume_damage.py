@@ -36,7 +36,7 @@ def lines_of(run_dir: Path) -> list[bytes]:
 
 
 def without_times(line: bytes) -> dict:
-    return {k: v for k, v in json.loads(line).items() if not k.startswith("time/")}
+    return {k: v for k, v in json.loads(line).items() if not k.startswith(("time/", "memory/"))}
 
 
 def notices(err: str) -> list[str]:

@@ -7,6 +7,8 @@ import json
 import os
 import signal
 import sqlite3
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ from trainer_fakes import build_models, problems
 from codea1.checkpoint import latest_checkpoint, list_checkpoints
 from codea1.config import load_config
 from codea1.tracking import read_metrics
-from codea1.trainer import ProblemSampler, Trainer
+from codea1.trainer import ProblemSampler, Trainer, side_by_side
 
 BASE = [
     "engine.kind=scripted", "data.problems_per_step=2", "coder.sampling.n=4", "tester.sampling.n=3",
@@ -73,7 +75,9 @@ def test_two_steps_write_metrics_book_checkpoints_and_samples(tmp_path: Path) ->
         "loss",
         "time",
         "rollout",
+        "memory",
     }
+    assert 0 < rows[0]["memory/peak_rss_gib"] <= rows[1]["memory/peak_rss_gib"]  # a high-water mark
     assert rows[-1]["rollout/engine/scripted"] == 1.0
     models = trainer.models  # the trainer moved each learner's weights to its policy once per step
     assert models.coder_policy.weight_loads == 2 and models.tester_policy.weight_loads == 2
@@ -117,7 +121,10 @@ def test_no_mistake_book_and_alpha_switches(tmp_path: Path) -> None:
 
 
 def _final_state(trainer: Trainer) -> tuple[list[dict], torch.Tensor, torch.Tensor]:
-    rows = [{k: v for k, v in r.items() if not k.startswith("time/")} for r in read_metrics(trainer.run_dir)]
+    rows = [
+        {k: v for k, v in r.items() if not k.startswith(("time/", "memory/"))}
+        for r in read_metrics(trainer.run_dir)
+    ]
     return (
         rows,
         trainer.models.coder_learner.table.detach().clone(),
@@ -140,6 +147,55 @@ def test_resume_is_bit_identical(tmp_path: Path) -> None:
     assert rows_a == rows_b
     assert torch.equal(coder_a, coder_b) and torch.equal(tester_a, tester_b)
     assert book_rows(tmp_path / "straight") == book_rows(tmp_path / "split")
+
+
+def test_roles_on_devices_of_their_own_update_and_push_side_by_side_with_the_same_results(
+    tmp_path: Path,
+) -> None:
+    """``updates_overlap`` (the Ray backend's ``split``): the coder's and the tester's updates run at
+    once, and so do their pushes (each learner waits at a barrier the other must reach: one after
+    the other would time out), and the run ends exactly where the sequential one does."""
+    sequential = make(tmp_path, "train.steps=3", run="sequential")
+    sequential.run()
+    overlapped = make(tmp_path, "train.steps=3", run="overlapped")
+    overlapped.models.updates_overlap = True
+    meeting = threading.Barrier(2, timeout=30)
+    met: list[str] = []
+    for learner in (overlapped.models.coder_learner, overlapped.models.tester_learner):
+        for name in ("train_step", "named_weights"):
+            original = getattr(learner, name)
+
+            def meet(*args, _original=original, _name=name, **kwargs):
+                meeting.wait()
+                met.append(_name)
+                return _original(*args, **kwargs)
+
+            setattr(learner, name, meet)
+    overlapped.run()
+    assert met.count("train_step") == met.count("named_weights") == 2 * 3
+    rows_a, coder_a, tester_a = _final_state(sequential)
+    rows_b, coder_b, tester_b = _final_state(overlapped)
+    assert rows_a == rows_b
+    assert torch.equal(coder_a, coder_b) and torch.equal(tester_a, tester_b)
+    times = read_metrics(tmp_path / "overlapped")[-1]
+    assert "time/update" in times and "time/update_coder" not in times
+
+
+def test_side_by_side_returns_in_order_and_raises_the_first_failure() -> None:
+    assert side_by_side(lambda: 1, lambda: 2) == [1, 2]
+    ended: list[str] = []
+
+    def fails() -> None:
+        raise ValueError("the coder's update failed")
+
+    def slow() -> str:
+        time.sleep(0.2)
+        ended.append("tester")
+        return "done"
+
+    with pytest.raises(ValueError, match="coder"):
+        side_by_side(fails, slow)
+    assert ended == ["tester"]  # the other job ran to its end before the failure was raised
 
 
 def test_resume_rolls_back_a_book_that_ran_ahead(tmp_path: Path) -> None:

@@ -46,6 +46,8 @@ class LocalRoles:
     tester_learner: HFLearner
     tokenizer: Any
     """The coder's tokenizer (the tester's is ``tester_policy.tokenizer``)."""
+    updates_overlap: bool = False
+    """Never: both roles compute on this process's device(s)."""
 
     def close(self) -> None:
         """Nothing to release: the models live in this process and go with it."""

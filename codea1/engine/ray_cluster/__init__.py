@@ -41,6 +41,9 @@ class RayRoles:
     tokenizer: Any
     layout: Layout
     replica_groups: list[ReplicaGroup]
+    updates_overlap: bool = False
+    """``split`` placement with a learner group per role: their updates and pushes use disjoint
+    bundles, so the trainer runs them side by side."""
 
     def close(self) -> None:
         """Stop every actor and give the placement group back (the cluster itself stays)."""
@@ -86,5 +89,5 @@ def build_ray_roles(cfg: RunConfig, *, rollout: str, shared: bool, schedules: di
     tester = "coder" if shared else "tester"
     return RayRoles(
         policies["coder"], learners["coder"], policies[tester], learners[tester],
-        groups[0].tokenizer, layout, groups,
+        groups[0].tokenizer, layout, groups, updates_overlap=not shared and cfg.cluster.placement == "split",
     )  # fmt: skip
