@@ -8,9 +8,13 @@
    mean step time, its rollout and update phases and the tokens trained on are printed side by
    side. The engines sample different completions, so in ``a1`` the tester's work (and both
    updates) can differ between them; ``--set train.method=golden`` gives both the same kind of work.
+3. With ``--seeds``, vLLM samples the same prompts with one seed per request (what codea1 does:
+   every completion reproducible on its own, whatever the batch) and unseeded (one engine-wide
+   generator, which lets vLLM's sampler take its batched top-k/top-p path), each in a fresh process,
+   side by side in wall and CPU seconds: what per-request reproducibility costs.
 
 Usage: ``python benchmarks/rollout_bench.py [--preset tiny-cpu] [--prompts 16] [--n 4]
-[--max-new-tokens 256] [--dtypes float32,bfloat16] [--steps 1]``. Needs the demo model and, for
+[--max-new-tokens 256] [--dtypes float32,bfloat16] [--steps 1] [--seeds] [--top-p 1.0]``. Needs the demo model and, for
 the vLLM rows, a working vLLM (``codea1 doctor``). Slow (minutes); run it alone: the numbers are
 meaningless under CPU contention.
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,8 +33,12 @@ from pathlib import Path
 ENGINES = ("transformers", "vllm")
 
 
-def measure(preset: str, engine: str, dtype: str, prompts: int, n: int, max_new_tokens: int) -> dict:
-    """Tokens and seconds of one sampling call (in this process); see :func:`child`."""
+def measure(
+    preset: str, engine: str, dtype: str, prompts: int, n: int, max_new_tokens: int,
+    *, seeded: bool = True, top_p: float = 1.0,
+) -> dict:  # fmt: skip
+    """Tokens, seconds and CPU seconds of one sampling call (in this process), seeded per request
+    or not; see :func:`child`."""
     from codea1.config import load_config
     from codea1.data.problems import load_problems
     from codea1.data.prompts import coder_messages
@@ -48,21 +57,30 @@ def measure(preset: str, engine: str, dtype: str, prompts: int, n: int, max_new_
     policy = roles.coder_policy
     problems = load_problems(cfg.data.train)
     texts = [policy.render(coder_messages(problems[i % len(problems)])) for i in range(prompts)]
-    policy.generate(texts[:1], SamplingParams(n=1, max_new_tokens=8, seed=1))  # warm-up
+    seed = 0 if seeded else None
+    policy.generate(
+        texts[:1], SamplingParams(n=1, max_new_tokens=8, seed=None if seed is None else 1)
+    )  # warm-up
     params = SamplingParams(
-        n=n, temperature=1.0, max_new_tokens=max_new_tokens, seed=0, batch_size=prompts * n
+        n=n, temperature=1.0, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed, batch_size=prompts * n
     )
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     out = policy.generate(texts, params)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     tokens = sum(len(c.completion_ids) for c in out)
-    return {"engine": engine, "dtype": dtype, "load_s": load, "tokens": tokens, "seconds": seconds}
+    return {
+        "engine": engine, "dtype": dtype, "load_s": load, "tokens": tokens, "seconds": seconds,
+        "cpu_s": cpu, "seeded": seeded,
+    }  # fmt: skip
 
 
-def child(args: argparse.Namespace, engine: str, dtype: str) -> dict | None:
+def child(args: argparse.Namespace, engine: str, dtype: str, *, seeded: bool = True) -> dict | None:
     """:func:`measure` in a fresh process; None (with the reason printed) when it fails."""
     cmd = [sys.executable, __file__, "--one", engine, dtype, "--preset", args.preset, "--prompts",
-           str(args.prompts), "--n", str(args.n), "--max-new-tokens", str(args.max_new_tokens)]  # fmt: skip
+           str(args.prompts), "--n", str(args.n), "--max-new-tokens", str(args.max_new_tokens),
+           "--top-p", str(args.top_p)]  # fmt: skip
+    if not seeded:
+        cmd.append("--unseeded")
     done = subprocess.run(cmd, capture_output=True, text=True)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
@@ -84,6 +102,30 @@ def throughput_table(args: argparse.Namespace) -> None:
         ratio = rate / (base["tokens"] / base["seconds"]) if base else float("nan")
         print(f"{r['dtype']:<10}{r['engine']:<14}{r['load_s']:>8.1f}{r['tokens']:>8}{r['seconds']:>9.1f}"
               f"{rate:>10.1f}{ratio:>6.2f}x")  # fmt: skip
+
+
+def seed_table(args: argparse.Namespace) -> None:
+    """vLLM with one seed per request against unseeded, alternating, ``--repeats`` pairs; medians."""
+    dtype = args.dtypes.split(",")[0]
+    print(f"\nvLLM seeding, preset {args.preset}, {dtype}: {args.prompts} prompts x {args.n} samples, "
+          f"<= {args.max_new_tokens} new tokens, T=1.0, top-p {args.top_p}, {args.repeats} pair(s)", flush=True)  # fmt: skip
+    runs: dict[bool, list[dict]] = {True: [], False: []}
+    for _ in range(args.repeats):
+        for seeded in (True, False):
+            if (r := child(args, "vllm", dtype, seeded=seeded)) is not None:
+                runs[seeded].append(r)
+    print(f"{'requests':<22}{'runs':>5}{'tokens':>8}{'wall s':>9}{'cpu s':>9}{'tokens/cpu s':>14}")
+    medians = {}
+    for seeded, rows in runs.items():
+        if not rows:
+            continue
+        wall, cpu = statistics.median(r["seconds"] for r in rows), statistics.median(r["cpu_s"] for r in rows)
+        tokens = statistics.median(r["tokens"] for r in rows)
+        medians[seeded] = cpu / tokens
+        name = "one seed per request" if seeded else "unseeded"
+        print(f"{name:<22}{len(rows):>5}{tokens:>8.0f}{wall:>9.1f}{cpu:>9.1f}{tokens / cpu:>14.1f}")
+    if len(medians) == 2:
+        print(f"CPU per token, seeded / unseeded: {medians[True] / medians[False]:.3f}")
 
 
 def step_table(args: argparse.Namespace) -> None:
@@ -128,10 +170,21 @@ def main() -> None:
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--steps", type=int, default=0, help="also time N training steps per engine")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="passed to codea1 train")
+    ap.add_argument("--seeds", action="store_true", help="only vLLM, seeded per request vs unseeded")
+    ap.add_argument("--repeats", type=int, default=3, help="pairs of runs for --seeds")
+    ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--one", nargs=2, metavar=("ENGINE", "DTYPE"), help=argparse.SUPPRESS)
+    ap.add_argument("--unseeded", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(measure(args.preset, *args.one, args.prompts, args.n, args.max_new_tokens)))
+        row = measure(
+            args.preset, *args.one, args.prompts, args.n, args.max_new_tokens,
+            seeded=not args.unseeded, top_p=args.top_p,
+        )  # fmt: skip
+        print(json.dumps(row))
+        return
+    if args.seeds:
+        seed_table(args)
         return
     throughput_table(args)
     if args.steps:

@@ -45,6 +45,7 @@ from codea1.engine.hf_local.sharded_state import (
     rank,
     save_sharded_optimizer,
 )
+from codea1.engine.host_memory import release_free_heap
 from codea1.engine.loading import pick_dtype
 
 WEIGHTS_FILE = "weights.safetensors"
@@ -248,6 +249,8 @@ class HFLearner:
                     lp, _, _ = self._score(self.weights.train_model(), prompts, comps, with_grad=False)
                 if not filler:
                     out.extend(tuple(lp[i, : len(c)].tolist()) for i, c in enumerate(comps))
+        if device.type == "cpu":
+            release_free_heap()
         return out
 
     def _score(self, model: Any, prompts: Any, comps: Any, with_grad: bool) -> Any:
@@ -343,6 +346,8 @@ class HFLearner:
         self.optimizer.zero_grad(set_to_none=True)
         if device.type == "cuda":
             torch.cuda.empty_cache()
+        else:  # the freed activations' pages back to the system (host_memory.py)
+            release_free_heap()
         result = {**sums, "loss": loss_sum, "grad_norm": grad_norm, "lr": lr}
         result.update(tokens=float(local.tokens), seconds=time.perf_counter() - start, skipped=float(skipped))
         self.last_stats = result

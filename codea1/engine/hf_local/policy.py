@@ -18,6 +18,7 @@ from transformers import GenerationConfig, LogitsProcessorList
 from codea1.core.seeds import batch_seed
 from codea1.engine.base import ChatTemplatePrompts, Completion, SamplingParams
 from codea1.engine.hf_local.logprobs import SampledTokenLogprobs
+from codea1.engine.host_memory import release_free_heap
 
 
 class Rollout(Protocol):
@@ -84,6 +85,8 @@ class HFPolicy(ChatTemplatePrompts):
             for k, comp in zip(idx, batch, strict=True):
                 results[k] = comp
         out = [c for c in results if c is not None]
+        if next(model.parameters()).device.type == "cpu":  # generation's freed buffers (host_memory.py)
+            release_free_heap()
         seconds = time.perf_counter() - start
         new_tokens = sum(len(c.completion_ids) for c in out)
         self.last_stats = {

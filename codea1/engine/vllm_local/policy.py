@@ -10,7 +10,7 @@ processes (vLLM's normal mode, CUDA) they travel in bounded buckets in the engin
 (``weight_sync``). Every sync is measured (``last_sync``, and ``sync_seconds`` / ``sync_bytes`` in
 the policy's ``last_stats``).
 
-Imports: torch, vllm, core.seeds, engine.base, engine.lora, this package's console and weight_sync.
+Imports: torch, vllm, core.seeds, engine.base, engine.host_memory, engine.lora, this package's console and weight_sync.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import torch
 
 from codea1.core.seeds import request_seed
 from codea1.engine.base import ChatTemplatePrompts, Completion, SamplingParams
+from codea1.engine.host_memory import release_free_heap
 from codea1.engine.lora import lora_deltas, merged_weights
 from codea1.engine.vllm_local.console import expected_reload_warnings_hidden
 from codea1.engine.vllm_local.weight_sync import BUCKET_BYTES, repack_tied_head, send_in_buckets, wire_bytes
@@ -190,6 +191,8 @@ class VLLMPolicy(ChatTemplatePrompts):
         out = [
             self._completion(i, encoded[i], o.outputs[0]) for (i, _), o in zip(items, outputs, strict=True)
         ]
+        if self.rollout.in_process:  # the CPU engine's freed prefill buffers back to the system
+            release_free_heap()
         seconds = time.perf_counter() - start
         new_tokens = sum(len(c.completion_ids) for c in out)
         self.last_stats = {
