@@ -52,7 +52,8 @@ T = TypeVar("T")
 
 OOM_KNOBS = (
     "coder/tester.optim.micro_batch_size (or micro_batch_tokens), coder/tester.sampling.batch_size, "
-    "coder/tester.sampling.max_new_tokens, engine.gradient_checkpointing=true, engine.mode=adapters"
+    "coder/tester.sampling.max_new_tokens, engine.gradient_checkpointing=true, engine.logprob_chunk, "
+    "engine.mode=adapters"
 )
 
 
