@@ -6,8 +6,8 @@ and WARNING lines at start-up and four after every weight sync into the training
 vLLM is imported (and again before an engine starts, in case something imported it earlier) codea1
 sets ``VLLM_LOGGING_LEVEL=ERROR`` (inherited by vLLM's worker processes on CUDA) and the level of the
 ``vllm`` logger, hides vLLM's progress bars and the ``FutureWarning`` its start-up kernel scan
-triggers, and quiets torch's "Triton not available" line, which only vLLM's CPU start-up causes.
-Errors stay visible. ``CODEA1_VLLM_LOGS=1``, or a ``VLLM_LOGGING_LEVEL`` of the user's own, leaves
+triggers, and quiets torch's "Triton not available" line, which only vLLM's CPU start-up causes,
+and the NUMA-binding notice its native CPU worker writes straight to stderr. Errors stay visible. ``CODEA1_VLLM_LOGS=1``, or a ``VLLM_LOGGING_LEVEL`` of the user's own, leaves
 vLLM's logging as vLLM configures it.
 
 One warning is hidden even then, during codea1's own weight syncs: ``<layer>: Failed to load
@@ -17,7 +17,7 @@ previous tensors back. That is what a sync means here: a partial set of tensors 
 checkpoint (its cos/sin table is a buffer), and an output head tied to the embedding has no tensor
 of its own (``weight_sync.repack_tied_head`` rebuilds it from the new embedding).
 
-Imports: nothing heavy (logging, warnings).
+Imports: nothing heavy (logging, warnings, tempfile).
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
+import tempfile
 import warnings
 from collections.abc import Iterator
 
@@ -36,6 +38,9 @@ QUIETED_LOGGERS = ("vllm", "torch._library.triton")
 """Loggers held at ``QUIET_LEVEL``: vLLM's own, and torch's "Triton not available" notice."""
 RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
 EXPECTED_RELOAD_WARNING = "%s: Failed to load weights"
+NATIVE_NOTICES = ("NUMA binding: Using MEMBIND policy",)
+"""Lines vLLM's native CPU worker writes straight to stderr at every start (not through logging),
+hidden while it starts (``engine_start_warnings_hidden``)."""
 
 
 def verbose() -> bool:
@@ -58,14 +63,48 @@ def quiet_vllm_logging() -> bool:
 
 
 @contextlib.contextmanager
-def engine_start_warnings_hidden(quiet: bool) -> Iterator[None]:
-    """While an engine starts, hide the ``FutureWarning``s vLLM's modules trigger (when ``quiet``)."""
+def engine_start_warnings_hidden(quiet: bool, *, in_process: bool = False) -> Iterator[None]:
+    """While an engine starts, hide the ``FutureWarning``s vLLM's modules trigger and, for an engine
+    in this process (CPU), the one line its native worker writes to stderr
+    (:func:`native_notices_hidden`; not around an engine that starts worker processes, which would
+    inherit the held descriptor), when ``quiet``."""
     if not quiet:
         yield
         return
-    with warnings.catch_warnings():
+    native = native_notices_hidden() if in_process else contextlib.nullcontext()
+    with warnings.catch_warnings(), native:
         warnings.filterwarnings("ignore", category=FutureWarning, module=r"vllm(\.|$)")
         yield
+
+
+@contextlib.contextmanager
+def native_notices_hidden(notices: tuple[str, ...] = NATIVE_NOTICES) -> Iterator[None]:
+    """Lines written to file descriptor 2 inside the block (by any code, native included) are held
+    in an unnamed temporary file and written back afterwards, less those containing one of
+    ``notices``. Everything else, errors included, still reaches stderr, in order, once the block ends."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with tempfile.TemporaryFile() as held:
+            os.dup2(held.fileno(), 2)
+            try:
+                yield
+            finally:
+                sys.stderr.flush()
+                os.dup2(saved, 2)
+                held.seek(0)
+                kept = [
+                    line for line in held.read().splitlines(keepends=True) if not _is_notice(line, notices)
+                ]
+                if kept:
+                    os.write(2, b"".join(kept))
+    finally:
+        os.close(saved)
+
+
+def _is_notice(line: bytes, notices: tuple[str, ...]) -> bool:
+    text = line.decode("utf-8", "replace")
+    return any(n in text for n in notices)
 
 
 class ExpectedReloadWarning(logging.Filter):

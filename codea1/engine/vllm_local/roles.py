@@ -203,7 +203,7 @@ def start_engine(
     if not in_process:
         release_cuda_cache()
     try:
-        with engine_start_warnings_hidden(quiet):
+        with engine_start_warnings_hidden(quiet, in_process=in_process):
             return LLM(**args)
     except Exception as e:  # vLLM raises many types while starting (ValueError, RuntimeError, OSError)
         raise VLLMStartError(f"vLLM did not start for {location}: {type(e).__name__}: {e}") from e
