@@ -7,7 +7,8 @@ vLLM is imported (and again before an engine starts, in case something imported 
 sets ``VLLM_LOGGING_LEVEL=ERROR`` (inherited by vLLM's worker processes on CUDA) and the level of the
 ``vllm`` logger, hides vLLM's progress bars and the ``FutureWarning`` its start-up kernel scan
 triggers, and quiets torch's "Triton not available" line, which only vLLM's CPU start-up causes,
-and the NUMA-binding notice its native CPU worker writes straight to stderr. Errors stay visible. ``CODEA1_VLLM_LOGS=1``, or a ``VLLM_LOGGING_LEVEL`` of the user's own, leaves
+and the NUMA-binding notice its native CPU worker writes straight to stderr. Errors stay visible.
+``CODEA1_VLLM_LOGS=1``, or a ``VLLM_LOGGING_LEVEL`` of the user's own, leaves
 vLLM's logging as vLLM configures it.
 
 One warning is hidden even then, during codea1's own weight syncs: ``<layer>: Failed to load
