@@ -214,6 +214,20 @@ def _proc_ticks(pid: int, with_children: bool) -> int:
     return own + (int(fields[13]) + int(fields[14]) if with_children else 0)
 
 
+def _tree_ticks(pid: int) -> int:
+    """CPU ticks of ``pid``, of the children it reaped and of its descendants still in the process
+    table (running, or exited and not yet reaped), from /proc. A process that vanishes between the
+    reads counts as nothing; ``pid`` itself must exist (OSError otherwise)."""
+    # read before its children: one reaped in between is missed, never counted twice
+    total = _proc_ticks(pid, with_children=True)
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        try:
+            total += _tree_ticks(int(child))
+        except (OSError, ValueError):
+            continue
+    return total
+
+
 class Sandbox(TaskExecutor):
     """Isolated execution of untrusted programs against tests, on this machine's cores (see
     docs/sandbox.md); ``run_grids`` and ``run_checks`` come from :class:`TaskExecutor`."""
@@ -312,19 +326,20 @@ class Sandbox(TaskExecutor):
         return [r if r is not None else failed_outcome(tasks[i], "not run") for i, r in enumerate(results)]
 
     def worker_cpu_s(self) -> float:
-        """CPU seconds used so far by the live workers and every process they reaped (jobs, tests).
+        """CPU seconds used so far by the live workers, their job processes and every process they
+        reaped (jobs, tests).
 
-        Between calls of :meth:`run_tasks` every job process has been reaped, so differences of
-        this value measure the sandbox's own cost. A worker that was restarted is reaped by this
-        process instead (``RUSAGE_CHILDREN``). Resolution: one clock tick (Linux ``/proc``).
+        A job's runner can still be unreaped when :meth:`run_tasks` has its result (it writes the
+        result, then exits and is reaped): it counts then as a process of the worker's tree, so
+        differences of this value measure the sandbox's own cost at any time. A worker that was
+        restarted is reaped by this process instead (``RUSAGE_CHILDREN``). Resolution: one clock
+        tick (Linux ``/proc``).
         """
         tick = os.sysconf("SC_CLK_TCK")
         total = 0
         for pid in self.worker_pids():
             try:
-                children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-                total += _proc_ticks(pid, with_children=False)
-                total += sum(_proc_ticks(int(c), with_children=True) for c in children)
+                total += _tree_ticks(pid)
             except (OSError, ValueError):
                 continue
         return total / tick
