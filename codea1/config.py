@@ -243,6 +243,11 @@ class EngineConfig:
     """Recompute activations in the backward pass to save memory."""
     logprob_chunk: int = 1024
     """Tokens per chunk when computing log-probs, so full-vocabulary logits are never all held."""
+    cpu_mmap_threshold: int = 0
+    """Bytes, on a host with glibc: blocks of host memory at least this large get a mapping of their
+    own, returned to the system when freed, in every process that trains a model (0: glibc's
+    default, a threshold that rises to 32 MiB as large blocks are freed, and the freed activations of
+    an update then stay in a fragmented heap). At most 33554432; costs page faults (docs/training.md)."""
     share_prompts: bool = True
     """Learner passes run a prompt once for all its samples in a micro-batch (one decoder row, a
     custom attention mask; SDPA and eager attention only; on CUDA or with a token budget the rows
@@ -480,6 +485,10 @@ def check_invariants(cfg: RunConfig) -> None:
         errors.append("train.keep_last must be >= 1")
     if cfg.engine.vllm_kv_cache_gib < 0:
         errors.append(f"engine.vllm_kv_cache_gib must be >= 0, got {cfg.engine.vllm_kv_cache_gib}")
+    if not 0 <= cfg.engine.cpu_mmap_threshold <= 32 * 2**20:
+        errors.append(
+            f"engine.cpu_mmap_threshold must be in [0, 33554432] bytes, got {cfg.engine.cpu_mmap_threshold}"
+        )
     if cfg.train.method == "selfplay" and cfg.tester.view != "blackbox":
         errors.append(
             "train.method=selfplay needs tester.view=blackbox (the baseline writes black-box tests)"

@@ -38,3 +38,74 @@ def test_freed_heap_pages_go_back_only_when_asked() -> None:
     base, freed, trimmed = (float(x) for x in done.stdout.split())
     assert freed > base - 64  # freeing alone kept (almost) all 256 MiB resident
     assert trimmed < freed - 192  # the trim returned them
+
+
+MAPPED_PROGRAM = r"""
+import sys
+from codea1.engine.host_memory import map_large_blocks
+
+def rss_mib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / 2**20
+
+if sys.argv[1] == "mapped" and not map_large_blocks(128 * 1024):
+    print("no-mallopt")
+    sys.exit(0)
+big = bytearray(8 * 2**20)
+del big  # glibc's default threshold now rises to 8 MiB: smaller blocks stay in the heap
+base = rss_mib()
+blocks = [bytearray(2**20) for _ in range(256)]  # 256 MiB in 1 MiB blocks
+pin = bytearray(65536)  # a live block above them
+grown = rss_mib()
+del blocks
+print(f"{base:.0f} {grown:.0f} {rss_mib():.0f}")
+"""
+
+
+def _freed_blocks_rss(mode: str) -> tuple[float, float, float] | None:
+    done = subprocess.run(
+        [sys.executable, "-c", MAPPED_PROGRAM, mode], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    if done.stdout.strip() == "no-mallopt":
+        return None
+    base, grown, freed = (float(x) for x in done.stdout.split())
+    return base, grown, freed
+
+
+def test_a_fixed_mmap_threshold_returns_freed_blocks_at_once() -> None:
+    mapped = _freed_blocks_rss("mapped")
+    if mapped is None:
+        pytest.skip("this C library has no mallopt mmap threshold (not glibc)")
+    default = _freed_blocks_rss("default")
+    assert default is not None
+    for base, grown, _ in (mapped, default):
+        assert grown > base + 192  # both held the 256 MiB while they lived
+    assert default[2] > default[1] - 64  # the default kept the freed blocks in the heap
+    assert mapped[2] < mapped[1] - 192  # mapped blocks went back when freed, no trim needed
+
+
+def test_the_threshold_is_bounded_in_the_config_and_the_call() -> None:
+    from codea1.config import ConfigError, load_config
+    from codea1.engine.host_memory import MAX_MMAP_THRESHOLD, map_large_blocks
+
+    for bad in (-1, MAX_MMAP_THRESHOLD + 1):
+        with pytest.raises(ConfigError, match="engine.cpu_mmap_threshold"):
+            load_config("tiny-cpu", [f"engine.cpu_mmap_threshold={bad}"])
+        with pytest.raises(ValueError, match="mmap threshold"):
+            map_large_blocks(bad)
+    assert load_config("tiny-cpu", ["engine.cpu_mmap_threshold=131072"]).engine.cpu_mmap_threshold == 131072
+
+
+def test_loading_a_model_to_train_sets_the_threshold_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    from codea1.config import EngineConfig
+    from codea1.engine.hf_local import roles
+
+    calls: list[object] = []
+    monkeypatch.setattr(roles, "map_large_blocks", lambda n: calls.append(n) or True)
+    monkeypatch.setattr(roles, "load_model_and_tokenizer", lambda *a: calls.append("load") or ("m", "t"))
+    assert roles.load_trainable(EngineConfig(cpu_mmap_threshold=131072), "any") == ("m", "t")
+    assert calls == [131072, "load"]
+    calls.clear()
+    roles.load_trainable(EngineConfig(), "any")
+    assert calls == ["load"]  # 0: glibc's default is left alone
