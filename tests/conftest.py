@@ -1,8 +1,24 @@
-"""Skip ``gpu``-marked tests where no CUDA device is present (they run on GPU machines only)."""
+"""Skip ``gpu``-marked tests where no CUDA device is present (they run on GPU machines only); mark
+``slow`` tests by place; give Ctrl-C tests Python's own SIGINT handler."""
 
 from __future__ import annotations
 
+import signal
+from collections.abc import Iterator
+
 import pytest
+
+
+@pytest.fixture
+def python_sigint() -> Iterator[None]:
+    """Python's own Ctrl-C handler for the test, put back as it was afterwards. A process started in
+    the background by a shell (``cmd &``) begins with SIGINT ignored, and then neither a real SIGINT
+    nor ``_thread.interrupt_main`` raises ``KeyboardInterrupt``."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

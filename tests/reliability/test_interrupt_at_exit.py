@@ -78,6 +78,7 @@ class _Shutdown:
         self.steps.append("scratch removed")
 
 
+@pytest.mark.usefixtures("python_sigint")
 def test_an_interrupt_during_a_shutdown_waits_for_its_end() -> None:
     resource = _Shutdown()
     with pytest.raises(KeyboardInterrupt), closed_whole(resource) as entered:

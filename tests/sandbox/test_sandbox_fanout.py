@@ -176,6 +176,7 @@ def test_a_node_past_its_deadline_is_a_clear_error(ray: Any, monkeypatch: pytest
         sandbox.close()
 
 
+@pytest.mark.usefixtures("python_sigint")
 def test_ctrl_c_cancels_the_queued_batches_and_close_stops_every_worker(ray: Any) -> None:
     sandbox = ClusterSandbox(SandboxConfig(test_cpu_s=0.5, load_cpu_s=1.0), 1)
     interrupt = threading.Timer(1.0, _thread.interrupt_main)
