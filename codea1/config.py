@@ -215,6 +215,10 @@ class SandboxConfig:
     """auto: every layer the kernel offers; strict: fail if a layer is missing; none: rlimits only."""
 
 
+CPU_MMAP_THRESHOLD_MAX = 32 * 2**20
+"""The largest ``engine.cpu_mmap_threshold`` glibc accepts on a 64-bit host (``DEFAULT_MMAP_THRESHOLD_MAX``)."""
+
+
 @dataclass
 class EngineConfig:
     """Models and how they are held."""
@@ -485,9 +489,10 @@ def check_invariants(cfg: RunConfig) -> None:
         errors.append("train.keep_last must be >= 1")
     if cfg.engine.vllm_kv_cache_gib < 0:
         errors.append(f"engine.vllm_kv_cache_gib must be >= 0, got {cfg.engine.vllm_kv_cache_gib}")
-    if not 0 <= cfg.engine.cpu_mmap_threshold <= 32 * 2**20:
+    if not 0 <= cfg.engine.cpu_mmap_threshold <= CPU_MMAP_THRESHOLD_MAX:
         errors.append(
-            f"engine.cpu_mmap_threshold must be in [0, 33554432] bytes, got {cfg.engine.cpu_mmap_threshold}"
+            f"engine.cpu_mmap_threshold must be in [0, {CPU_MMAP_THRESHOLD_MAX}] bytes, "
+            f"got {cfg.engine.cpu_mmap_threshold}"
         )
     if cfg.train.method == "selfplay" and cfg.tester.view != "blackbox":
         errors.append(

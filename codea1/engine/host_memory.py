@@ -15,7 +15,7 @@ threshold instead, so that blocks of at least that size get a mapping of their o
 system when freed (``engine.cpu_mmap_threshold``). A Qwen2.5-Coder-0.5B coder update added 5.7-6.8 GB
 to the resident set with the default threshold and 2.0 GB with 128 KiB (docs/LOG.md, 2026-12-03).
 
-Imports: ctypes only.
+Imports: ctypes, config.
 """
 
 from __future__ import annotations
@@ -24,11 +24,10 @@ import ctypes
 import functools
 from collections.abc import Callable
 
+from codea1.config import CPU_MMAP_THRESHOLD_MAX
+
 M_MMAP_THRESHOLD = -3
 """glibc's ``mallopt`` parameter number of the mmap threshold (``malloc.h``)."""
-
-MAX_MMAP_THRESHOLD = 32 * 2**20
-"""The largest threshold glibc accepts on a 64-bit host (``DEFAULT_MMAP_THRESHOLD_MAX``)."""
 
 
 @functools.cache
@@ -56,10 +55,10 @@ def release_free_heap() -> None:
 
 def map_large_blocks(threshold: int) -> bool:
     """Have glibc give every heap block of at least ``threshold`` bytes (at most
-    :data:`MAX_MMAP_THRESHOLD`) a mapping of its own, unmapped when it is freed, for the rest of this
+    :data:`~codea1.config.CPU_MMAP_THRESHOLD_MAX`) a mapping of its own, unmapped when it is freed, for the rest of this
     process; its default threshold rises as large blocks are freed. Returns whether the C library
     took it (False elsewhere than glibc)."""
-    if not 0 < threshold <= MAX_MMAP_THRESHOLD:
-        raise ValueError(f"mmap threshold must be in (0, {MAX_MMAP_THRESHOLD}] bytes, got {threshold}")
+    if not 0 < threshold <= CPU_MMAP_THRESHOLD_MAX:
+        raise ValueError(f"mmap threshold must be in (0, {CPU_MMAP_THRESHOLD_MAX}] bytes, got {threshold}")
     mallopt = _libc_function("mallopt")
     return mallopt is not None and mallopt(ctypes.c_int(M_MMAP_THRESHOLD), ctypes.c_int(threshold)) == 1
