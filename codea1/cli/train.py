@@ -26,6 +26,8 @@ from codea1.run_lock import LOCK_FILE, RunDirBusy, RunDirLock
 
 DEFAULT_PRESET = "demo-cpu"
 """What ``codea1 train`` runs with no ``--preset``: the laptop demo (README)."""
+MEMORY_WARNING_SHARE = 0.9
+"""A run whose expected host memory passes this share of the machine's memory is warned about."""
 
 if TYPE_CHECKING:  # the engine's seam imports torch: the cli loads it only when it trains
     from codea1.engine.base import Roles
@@ -246,7 +248,7 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, held: ExitStack) -> Any:
     """Load data, models and the sandbox, then (new runs) create the run directory, and train."""
     from codea1.data.problems import DataError, load_problems
     from codea1.engine.base import EngineFailure
-    from codea1.engine.build import rollout_engine
+    from codea1.engine.build import expected_host_plan, rollout_engine
     from codea1.sandbox.cluster import ClusterSandbox
     from codea1.sandbox.local import Sandbox, SandboxUnavailable
     from codea1.trainer import Trainer, TrainingOutOfMemory
@@ -277,6 +279,13 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, held: ExitStack) -> Any:
     if not resume and cfg.engine.kind == "scripted":
         byte_lengths(cfg)
     models = build_models(cfg, problems, rollout=sampler)
+    plan = expected_host_plan(cfg, sampler)
+    if plan is not None:
+        print(f"codea1 train: host memory: {plan.line()}; measured as memory/peak_rss_gib", flush=True)
+        machine = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+        if plan.total > MEMORY_WARNING_SHARE * machine:
+            print(f"codea1 train: warning: the expected peak is {plan.total:.1f} GiB and this machine has "
+                  f"{machine:.1f} GiB; docs/training.md (Memory) says what lowers it", file=sys.stderr, flush=True)  # fmt: skip
     held.callback(models.close)  # the Ray backend stops its actors; local engines hold nothing
     try:
         if cfg.engine.backend == "ray" and cfg.cluster.sandbox_fanout:

@@ -5,7 +5,7 @@
 it imports, else transformers). Concrete engines are imported lazily, so a scripted run never loads
 torch models and a transformers run never imports vLLM.
 
-Imports: config, types, engine.base, engine (its leaves, lazily).
+Imports: config, types, engine.base, engine.host_plan, engine.memory, engine (its leaves, lazily).
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from collections.abc import Sequence
 
 from codea1.config import EngineConfig, OptimConfig, RunConfig
 from codea1.engine.base import EngineFailure, Roles
+from codea1.engine.host_plan import HostPlan, host_plan
+from codea1.engine.memory import ModelShape
 from codea1.types import Problem
 
 
@@ -90,6 +92,28 @@ def build(cfg: RunConfig, problems: Sequence[Problem] = (), *, rollout: str | No
     except (ModelLoadError, ValueError) as e:
         raise EngineBuildError(str(e)) from None
     return roles
+
+
+def expected_host_plan(cfg: RunConfig, sampler: str) -> HostPlan | None:
+    """The host memory a local CPU run of ``cfg`` with ``sampler`` rollouts is expected to peak at
+    (:mod:`codea1.engine.host_plan`, from the coder model's config); None for other runs (the Ray
+    backend, CUDA, the scripted engine) or when the model's config cannot be read."""
+    if cfg.engine.kind != "transformers" or cfg.engine.backend != "local":
+        return None
+    from transformers import AutoConfig
+
+    from codea1.engine.loading import ModelLoadError, model_location, pick_device, pick_dtype
+
+    try:
+        device = pick_device(cfg.engine.device)
+        if device.type != "cpu":
+            return None
+        location = model_location(cfg.engine.coder_model, cfg.engine.cache_dir)
+        model = ModelShape.from_hf_config(AutoConfig.from_pretrained(location), location)
+    except (ModelLoadError, OSError, ValueError):
+        return None
+    weight_bytes = pick_dtype(cfg.engine.dtype, device).itemsize
+    return host_plan(cfg, model, weight_bytes=weight_bytes, rollout=sampler, one_model=shares_one_model(cfg))
 
 
 def build_on_ray(cfg: RunConfig, sampler: str, shared: bool) -> Roles:

@@ -28,6 +28,15 @@ def base_weights(peft_model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {plain_name(n): p.detach() for n, p in peft_model.named_parameters() if ".lora_" not in n}
 
 
+def adapted_weights(peft_model: torch.nn.Module) -> set[str]:
+    """Plain names of the base weights that some LoRA adapter of ``peft_model`` changes."""
+    return {
+        plain_name(n.split(".lora_A.")[0]) + ".weight"
+        for n, _ in peft_model.named_parameters()
+        if ".lora_A." in n
+    }
+
+
 def lora_deltas(weights: Mapping[str, torch.Tensor], role: str, scale: float) -> dict[str, torch.Tensor]:
     """``{"<module>.weight": (B @ A) × scale}`` for every module with both LoRA tensors of ``role``."""
     a_marker, b_marker = f".lora_A.{role}.weight", f".lora_B.{role}.weight"

@@ -80,3 +80,20 @@ def test_the_local_cluster_is_sized_to_the_layout_within_reason() -> None:
     assert local_cluster_cpus(ClusterConfig(num_cpus=3), 4.0, cores=2) == 3  # the user's number wins
     assert local_cluster_cpus(ClusterConfig(cpus_per_worker=8.0), 32.0, cores=2) == 2  # no actor fits
     assert local_cluster_cpus(separate, 130.0, cores=2) == 2  # 65 actors per core: refused by placement
+
+
+def test_starting_a_local_cluster_hides_only_the_token_on_notice(caplog) -> None:
+    import logging
+
+    from codea1.engine.ray_cluster.session import TOKEN_SETUP_LOGGER, token_notice_hidden
+
+    token_logger = logging.getLogger(TOKEN_SETUP_LOGGER)
+    with caplog.at_level(logging.WARNING, logger=TOKEN_SETUP_LOGGER):
+        with token_notice_hidden():
+            token_logger.warning(
+                "Token authentication is enabled for this Ray cluster. Set RAY_AUTH_MODE=..."
+            )
+            token_logger.warning("Token authentication is disabled for this Ray cluster. Anyone with ...")
+        token_logger.warning("Token authentication is enabled for this Ray cluster (after the start)")
+    shown = [r.getMessage() for r in caplog.records]
+    assert len(shown) == 2 and "disabled" in shown[0] and "after the start" in shown[1]

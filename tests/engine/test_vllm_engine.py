@@ -111,6 +111,9 @@ def test_adapters_one_engine_serves_both_roles_and_a_push_moves_one():
     roles = _build("engine.mode=adapters", "coder.optim.lr=1e-2")
     coder, tester = roles.coder_policy, roles.tester_policy
     assert coder.rollout is tester.rollout
+    model = coder.rollout.llm.collective_rpc(lambda worker: worker.model_runner.get_model())[0]
+    embedding = coder.rollout.base["model.embed_tokens.weight"]
+    assert model.model.embed_tokens.weight.data_ptr() == embedding.data_ptr()  # the learners' frozen tensor
     prompts = _prompts(coder)
     comps = coder.generate(prompts, SamplingParams(n=2, temperature=0.7, max_new_tokens=16, seed=5))
     assert max_logprob_gap(comps, roles.coder_learner.logprobs(signed_batch(comps))) < TOL

@@ -139,3 +139,4 @@ def test_the_console_holds_no_vllm_log_lines(runs: dict) -> None:
         noise = [line for line in (done.stdout + done.stderr).splitlines() if VLLM_NOISE.search(line)]
         assert not noise, "\n".join(noise[:10])
         assert "finished step 2/2" in done.stdout
+        assert "codea1 train: host memory: expected peak" in done.stdout  # the plan, before step 1

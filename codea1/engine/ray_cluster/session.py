@@ -5,6 +5,8 @@ Imports: ray (lazily), config, engine.base.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import os
 import re
@@ -20,6 +22,8 @@ REACH_TIMEOUT_S = 5.0
 """How long a cluster address has to accept a connection before the run gives up on it."""
 PEER_DEATH_WAIT_S = 5.0
 """How long a failed call waits for its other results, to tell an actor death from its echo."""
+TOKEN_SETUP_LOGGER = "ray._private.authentication.authentication_token_setup"
+"""Where Ray announces, at WARNING, that a cluster it starts uses token authentication (its default)."""
 LOGS_HINT = "the actors' logs are under the Ray session's logs/ directory, e.g. /tmp/ray/session_latest/logs"
 
 
@@ -74,11 +78,32 @@ def connect(cluster: ClusterConfig, layout_cpus: float = 0.0) -> Any:
     else:
         options["num_cpus"] = local_cluster_cpus(cluster, layout_cpus)
     try:
-        ray.init(**options)
+        with contextlib.nullcontext() if address else token_notice_hidden():
+            ray.init(**options)
     except Exception as e:  # ConnectionError, RuntimeError, ValueError: all mean no cluster
         where = f"the Ray cluster at {address!r}" if address else "a local Ray cluster"
         raise RayUnavailable(f"cannot reach {where}: {type(e).__name__}: {e}") from None
     return ray
+
+
+class _TokenNoticeFilter(logging.Filter):
+    """Drops Ray's notice that a cluster it starts has token authentication on (the secure default,
+    nothing for the user to do); the warning that authentication is off still shows."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Token authentication is enabled" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def token_notice_hidden() -> Any:
+    """While a local cluster starts for the run, Ray's token-authentication notice is not printed."""
+    hidden = _TokenNoticeFilter()
+    token_logger = logging.getLogger(TOKEN_SETUP_LOGGER)
+    token_logger.addFilter(hidden)
+    try:
+        yield
+    finally:
+        token_logger.removeFilter(hidden)
 
 
 def check_reachable(address: str, timeout_s: float = REACH_TIMEOUT_S) -> None:

@@ -12,9 +12,10 @@ plan is a :class:`VLLMStartError` before vLLM starts.
 ``separate`` mode starts one engine per role (the roles may be different models); ``adapters``
 mode and self-play start one engine for both roles. vLLM's prefix cache is reset after every
 weight sync, since cached prompt KV was computed with the old weights. vLLM logs errors only unless
-``CODEA1_VLLM_LOGS=1`` (``console``).
+``CODEA1_VLLM_LOGS=1`` (``console``). An in-process ``adapters`` engine reads the frozen embedding
+and output head from the learners' base (``frozen_tensors``).
 
-Imports: torch, transformers (config), vllm, config, engine.loading, engine.lora, engine.memory,
+Imports: torch, transformers (config), vllm, config, engine.host_memory, engine.loading, engine.lora, engine.memory,
 this package.
 """
 
@@ -29,8 +30,9 @@ from typing import Any
 import torch
 
 from codea1.config import RunConfig
+from codea1.engine.host_memory import release_free_heap
 from codea1.engine.loading import model_location, pick_device, pick_dtype
-from codea1.engine.lora import base_weights
+from codea1.engine.lora import adapted_weights, base_weights
 from codea1.engine.memory import (
     GIB,
     EngineBudget,
@@ -42,6 +44,7 @@ from codea1.engine.memory import (
     replica_plan,
 )
 from codea1.engine.vllm_local.console import engine_start_warnings_hidden, quiet_vllm_logging
+from codea1.engine.vllm_local.frozen_tensors import share_frozen_tensors
 from codea1.engine.vllm_local.policy import VLLMPolicy, VLLMRollout
 from codea1.engine.vllm_local.weight_sync import WEIGHT_SYNC_EXTENSION
 
@@ -239,6 +242,11 @@ def attach_vllm(roles: Any, cfg: RunConfig, *, shared: bool) -> Any:
             base=base_weights(peft_model),
             lora_scale=engine.lora_scale,
         )
+        if in_process:  # the engine's frozen embedding and head become the learners' (no copy)
+            rollout.llm.collective_rpc(
+                share_frozen_tensors, kwargs={"base": rollout.base, "adapted": adapted_weights(peft_model)}
+            )
+            release_free_heap()
         coder = policy(rollout, roles.coder_policy, "coder")
         tester = coder if shared else policy(rollout, roles.tester_policy, "tester")
     else:

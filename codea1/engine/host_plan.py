@@ -1,0 +1,122 @@
+"""The host memory a local CPU run is expected to peak at, part by part, before its first step.
+
+Pure arithmetic on a :class:`~codea1.config.RunConfig` and a :class:`~codea1.engine.memory.ModelShape`,
+like the GPU plans of ``engine.memory``; ``codea1 train`` prints :func:`host_plan`'s total and parts
+when the run trains on this machine's CPU (``memory/peak_rss_gib`` is what it then measures). The
+parts, for the training process (the sandbox's workers are processes of their own, a few tens of MB
+each):
+
+* ``runtime``: Python, torch, transformers and, with vLLM rollouts, vLLM's libraries and buffers
+  (:data:`RUNTIME_GIB`, :data:`VLLM_RUNTIME_GIB`: measured allowances, not computed).
+* ``learners``: ``adapters`` mode, the frozen base once (the model cache's safetensors, mapped: its
+  pages count in the resident set once read) and each role's LoRA weights, gradients and AdamW
+  moments (16 bytes per parameter); ``separate`` mode, each role's whole model with its training
+  state and, when the KL term needs it, its frozen reference.
+* ``engine``: the rollout copy. vLLM on a CPU packs every linear layer for oneDNN; in ``adapters``
+  mode the embedding and an untied head's weight are the learners' tensors (``frozen_tensors``), so
+  of the vocabulary-sized matrices only the head's packed copy is its own (otherwise the embedding,
+  its unused packed copy and the head's weight and packed copy, one fewer when tied).
+  ``transformers`` rollouts hold one full merged copy per engine.
+* ``kv_cache``: vLLM's KV cache (``engine.vllm_kv_cache_gib`` or the whole sampling batch at full
+  length, :func:`~codea1.engine.memory.default_kv_bytes`).
+* ``work``: the larger of one update's activations (the larger role's micro-batch at full length,
+  :func:`~codea1.engine.memory.activation_bytes`) and a role switch's merged weights (``adapters``
+  mode: every adapted matrix, built before the engine takes it).
+
+The activations assume gradient checkpointing (without it, an update holds every layer's) and rows
+at their longest, so real steps usually stay under the total; see docs/training.md (Memory).
+
+Imports: config, engine.memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from codea1.config import RunConfig
+from codea1.engine.memory import GIB, ModelShape, activation_bytes, default_kv_bytes
+
+RUNTIME_GIB = 0.7
+"""Python, torch, transformers, tokenizers and codea1 in the training process, before any model."""
+VLLM_RUNTIME_GIB = 0.5
+"""vLLM's libraries and its in-process engine's buffers, besides weights and KV cache."""
+STATE_BYTES = 4 + 4 + 8
+"""fp32 weight, gradient and AdamW's two moments of one trained parameter on a CPU."""
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    """GiB each part of a local CPU run holds at its peak (see the module docstring)."""
+
+    runtime: float
+    learners: float
+    engine: float
+    kv_cache: float
+    work: float
+
+    @property
+    def total(self) -> float:
+        """The expected peak of the training process's resident set."""
+        return self.runtime + self.learners + self.engine + self.kv_cache + self.work
+
+    def line(self) -> str:
+        """``expected peak 8.0 GiB (runtime 1.2, learners 2.6, ...)``: one line for a banner."""
+        parts = ", ".join(
+            f"{name} {value:.1f}"
+            for name, value in (
+                ("runtime", self.runtime),
+                ("learners", self.learners),
+                ("engine", self.engine),
+                ("KV cache", self.kv_cache),
+                ("update", self.work),
+            )  # fmt: skip
+            if value > 0
+        )
+        return f"expected peak {self.total:.1f} GiB ({parts})"
+
+
+def host_plan(
+    cfg: RunConfig, model: ModelShape, *, weight_bytes: int, rollout: str, one_model: bool = False
+) -> HostPlan:
+    """What a local CPU run of ``cfg`` on ``model`` holds at its peak, with weights of
+    ``weight_bytes`` bytes per element, ``rollout`` (``vllm`` or ``transformers``) sampling, and
+    ``one_model`` when one model plays both roles (self-play, golden tests)."""
+    w = weight_bytes
+    adapters = cfg.engine.mode == "adapters"
+    vllm = rollout == "vllm"
+    vocab_matrix = model.vocab * model.hidden * w
+    layers = model.layers * model.layer_params * w
+    models = 1 if one_model else 2
+    if adapters:
+        lora = model.lora_params(cfg.engine.lora_targets, cfg.engine.lora_r)
+        learners = model.params * w + models * lora * STATE_BYTES
+        engines = 1
+    else:
+        reference = model.params * w if cfg.loss.keeps_reference else 0
+        learners = models * (model.params * STATE_BYTES + reference)
+        engines = models
+    if not vllm:
+        engine = engines * model.params * w
+    elif adapters:
+        engine = layers + vocab_matrix
+    else:
+        engine = engines * (layers + (3 if model.tied else 4) * vocab_matrix)
+    kv = engines * default_kv_bytes(cfg, model, w) if vllm else 0
+    update = max(_update_bytes(cfg, role, model, w) for role in ("coder", "tester"))
+    merge = layers if adapters else 0
+    return HostPlan(
+        runtime=RUNTIME_GIB + (VLLM_RUNTIME_GIB if vllm else 0.0),
+        learners=learners / GIB,
+        engine=engine / GIB,
+        kv_cache=kv / GIB,
+        work=max(update, merge) / GIB,
+    )
+
+
+def _update_bytes(cfg: RunConfig, role: str, model: ModelShape, w: int) -> int:
+    """Activations of one micro-batch of ``role`` at full length (checkpointed layers)."""
+    sampling, optim = getattr(cfg, role).sampling, getattr(cfg, role).optim
+    row = sampling.max_prompt_tokens + sampling.max_new_tokens
+    tokens = max(optim.micro_batch_tokens, row) if optim.micro_batch_tokens else optim.micro_batch_size * row
+    response = tokens * sampling.max_new_tokens // row
+    return activation_bytes(model, tokens, response, cfg.engine.logprob_chunk, w)

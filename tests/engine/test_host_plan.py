@@ -1,0 +1,81 @@
+"""The expected host memory of a local CPU run: its parts follow the settings, and the shipped presets'
+totals stay near the peaks measured in docs/LOG.md."""
+
+from __future__ import annotations
+
+import pytest
+
+from codea1.config import load_config
+from codea1.engine.build import expected_host_plan
+from codea1.engine.host_plan import host_plan
+from codea1.engine.memory import GIB, ModelShape
+
+QWEN_05B = ModelShape("qwen2.5-coder-0.5b", layers=24, hidden=896, intermediate=4864, heads=14, kv_heads=2,
+                      vocab=151936, tied=False)  # fmt: skip
+"""Qwen2.5-Coder-0.5B as the de-quantised GGUF has it (an untied output head)."""
+SMOLLM2_135M = ModelShape("smollm2-135m", layers=30, hidden=576, intermediate=1536, heads=9, kv_heads=3,
+                          vocab=49152, tied=True)  # fmt: skip
+
+
+def plan(preset: str, model: ModelShape, *overrides: str, rollout: str = "vllm", one_model: bool = False):
+    cfg = load_config(preset, ["engine.coder_model=unused", *overrides])
+    return host_plan(cfg, model, weight_bytes=4, rollout=rollout, one_model=one_model)
+
+
+@pytest.mark.parametrize(
+    ("preset", "model", "measured_gib"),
+    [("qwen-coder-0.5b-cpu", QWEN_05B, 7.9), ("demo-cpu", SMOLLM2_135M, 3.6)],
+)
+def test_the_shipped_presets_are_planned_near_their_measured_peaks(preset, model, measured_gib):
+    """One a1 step's ``memory/peak_rss_gib`` on a 2-core fp32 CPU (docs/LOG.md, 2026-12-03)."""
+    assert plan(preset, model).total == pytest.approx(measured_gib, rel=0.15)
+
+
+def test_adapters_share_one_base_and_the_engine_keeps_only_the_packed_head():
+    adapters, separate = (
+        plan("qwen-coder-0.5b-cpu", QWEN_05B),
+        plan("qwen-coder-0.5b-cpu", QWEN_05B, "engine.mode=separate"),
+    )
+    matrix = QWEN_05B.vocab * QWEN_05B.hidden * 4 / GIB
+    layers = QWEN_05B.layers * QWEN_05B.layer_params * 4 / GIB
+    assert adapters.engine == pytest.approx(layers + matrix)
+    assert separate.engine == pytest.approx(2 * (layers + 4 * matrix))  # an engine per role, nothing shared
+    assert separate.learners > 6 * adapters.learners  # two models with fp32 AdamW state vs one frozen base
+    assert separate.kv_cache == pytest.approx(2 * adapters.kv_cache)
+    one = plan("qwen-coder-0.5b-cpu", QWEN_05B, "engine.mode=separate", one_model=True)
+    assert one.learners == pytest.approx(separate.learners / 2) and one.engine == pytest.approx(
+        separate.engine / 2
+    )
+
+
+def test_transformers_rollouts_hold_a_merged_copy_and_no_kv_cache():
+    vllm, hf = plan("demo-cpu", SMOLLM2_135M), plan("demo-cpu", SMOLLM2_135M, rollout="transformers")
+    assert hf.kv_cache == 0 and vllm.kv_cache > 0
+    assert hf.engine == pytest.approx(SMOLLM2_135M.params * 4 / GIB)
+    assert hf.runtime < vllm.runtime
+
+
+def test_the_update_follows_the_micro_batch_and_the_kv_cache_the_sampling_batch():
+    base = plan("qwen-coder-0.5b-cpu", QWEN_05B)
+    halves = plan(
+        "qwen-coder-0.5b-cpu", QWEN_05B, "coder.optim.micro_batch_size=2", "tester.optim.micro_batch_size=2"
+    )
+    assert halves.work < base.work
+    assert plan("qwen-coder-0.5b-cpu", QWEN_05B, "engine.logprob_chunk=256").work > base.work
+    fewer = plan(
+        "qwen-coder-0.5b-cpu", QWEN_05B, "coder.sampling.batch_size=8", "tester.sampling.batch_size=8"
+    )
+    assert fewer.kv_cache == pytest.approx(base.kv_cache / 2, rel=0.01)
+    assert "expected peak" in base.line() and "KV cache" in base.line()
+
+
+@pytest.mark.parametrize(
+    "overrides", [["engine.kind=scripted"], ["engine.backend=ray"], ["engine.device=cuda"]]
+)
+def test_only_local_cpu_runs_get_a_host_plan(overrides):
+    assert expected_host_plan(load_config("demo-cpu", overrides), "vllm") is None
+
+
+def test_a_model_whose_config_cannot_be_read_gets_no_plan(tmp_path):
+    cfg = load_config("demo-cpu", [f"engine.coder_model={tmp_path / 'missing'}"])
+    assert expected_host_plan(cfg, "vllm") is None
