@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from codea1.config import RunConfig
-from codea1.engine.memory import GIB, ModelShape, activation_bytes, default_kv_bytes
+from codea1.engine.memory import GIB, ModelShape, activation_bytes, default_kv_bytes, worst_micro_batch
 
 RUNTIME_GIB = 0.7
 """Python, torch, transformers, tokenizers and codea1 in the training process, before any model."""
@@ -115,8 +115,5 @@ def host_plan(
 
 def _update_bytes(cfg: RunConfig, role: str, model: ModelShape, w: int) -> int:
     """Activations of one micro-batch of ``role`` at full length (checkpointed layers)."""
-    sampling, optim = getattr(cfg, role).sampling, getattr(cfg, role).optim
-    row = sampling.max_prompt_tokens + sampling.max_new_tokens
-    tokens = max(optim.micro_batch_tokens, row) if optim.micro_batch_tokens else optim.micro_batch_size * row
-    response = tokens * sampling.max_new_tokens // row
+    tokens, response = worst_micro_batch(cfg, role)
     return activation_bytes(model, tokens, response, cfg.engine.logprob_chunk, w)

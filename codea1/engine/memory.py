@@ -265,6 +265,20 @@ def activation_bytes(
     return checkpoints + one_layer + hidden_out + logits
 
 
+def worst_micro_batch(cfg: RunConfig, role: str, micro: int = 0) -> tuple[int, int]:
+    """``(tokens, response tokens)`` of ``role``'s largest micro-batch: ``micro`` (default
+    ``optim.micro_batch_size``) rows of ``max_prompt_tokens + max_new_tokens``, or with
+    ``optim.micro_batch_tokens`` (and no ``micro``) that many tokens, at least one full-length row;
+    the response share is the row's."""
+    sampling, optim = getattr(cfg, role).sampling, getattr(cfg, role).optim
+    row = sampling.max_prompt_tokens + sampling.max_new_tokens
+    if micro or not optim.micro_batch_tokens:
+        tokens = (micro or optim.micro_batch_size) * row
+    else:
+        tokens = max(optim.micro_batch_tokens, row)
+    return tokens, tokens * sampling.max_new_tokens // row
+
+
 def learner_memory(
     cfg: RunConfig,
     role: str,
@@ -310,7 +324,7 @@ def learner_memory(
     w = weight_bytes or dtype_bytes(cfg)
     local = cfg.engine.backend == "local" if local is None else local
     ranks = 1 if local else cfg.cluster.learner_workers
-    sampling, optim = getattr(cfg, role).sampling, getattr(cfg, role).optim
+    sampling = getattr(cfg, role).sampling
     adapters = cfg.engine.mode == "adapters"
     p = model.params
     trained = model.lora_params(cfg.engine.lora_targets, cfg.engine.lora_r) if adapters else p
@@ -320,15 +334,11 @@ def learner_memory(
     else:
         buffers = 3 * model.layer_params * w + 2 * root * w
     row = sampling.max_prompt_tokens + sampling.max_new_tokens
-    budget_tokens = getattr(optim, "micro_batch_tokens", 0)
-    if micro or not budget_tokens:
-        tokens = (micro or optim.micro_batch_size) * row
-    else:
-        tokens = max(budget_tokens, row)
+    tokens, response = worst_micro_batch(cfg, role, micro)
     chunk = cfg.engine.logprob_chunk
     # the local learner's fp32 master weights (separate mode) keep the residual stream in fp32
     residual = 4 if local and not adapters and w < 4 else w
-    worst = activation_bytes(model, tokens, tokens * sampling.max_new_tokens // row, chunk, w, residual)
+    worst = activation_bytes(model, tokens, response, chunk, w, residual)
     budget = PAPER_TOKENS_PER_GPU
     paper = activation_bytes(model, budget, budget * sampling.max_new_tokens // row, chunk, w, residual)
     reference = p * w / ranks if cfg.loss.keeps_reference and not adapters else 0.0
