@@ -8,7 +8,9 @@ lowered to 4 KiB here so that small values take the digest path.
 
 from __future__ import annotations
 
+import marshal
 import os
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -94,6 +96,63 @@ def test_only_equality_can_use_a_digested_value(sandbox: Sandbox) -> None:
 def test_a_forged_digest_fails(sandbox: Sandbox, body: bytes) -> None:
     status, _ = _check(sandbox, FORGE.format(body=body[1:] if body[:1] == b"h" else body))
     assert status in ("fail", "error")
+
+
+CRAFTED_INT = """
+import marshal, struct
+def f(n):
+    # the bytes the old digest hashed for [1, None, None, None] * n, read back by marshal as an int
+    body = (marshal.dumps(1, 0) + marshal.dumps(None, 0) * 3) * n
+    return marshal.loads(b"l" + struct.pack("<I", 4 * n) + body)
+"""
+CRAFTED_HARNESS = """
+def check(candidate):
+    assert candidate(1000) == [1, None, None, None] * 1000
+"""
+
+
+def test_a_crafted_int_does_not_match_a_list_by_digest(sandbox: Sandbox) -> None:
+    """A list's digest once began as ``marshal`` of a large int does (``l`` + count): an int whose
+    digits spell the list's elements passed ``assert out == [...]`` (issue 35, item 2)."""
+    honest = "def f(n):\n    return [1, None, None, None] * n\n"
+    assert _check(sandbox, honest, CRAFTED_HARNESS) == ("pass", "")
+    assert _check(sandbox, CRAFTED_INT, CRAFTED_HARNESS)[0] == "fail"
+
+
+def _crafted(value: list[object]) -> int:
+    """The int whose ``marshal`` is a list's old digest stream (``l``, u32 count, each element)."""
+    body = b"".join(marshal.dumps(x, 0) for x in value)
+    return marshal.loads(b"l" + struct.pack("<I", len(value)) + body)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    "pair",
+    [
+        ([1, None, None, None] * 8, _crafted([1, None, None, None] * 8)),
+        ((1, 2), [1, 2]),
+        ([], ()),
+        ([], 0),
+        ((), None),
+        ("", b""),
+        (frozenset({1}), {1}),
+        ({1: 2}, [(1, 2)]),
+        (0, False),
+        (1, 1.0),
+        (1.0, 1 + 0j),
+    ],
+)
+def test_no_two_types_share_a_digest(pair: tuple[object, object]) -> None:
+    a, b = pair
+    assert digest(a) != digest(b)
+    assert digest(a) == digest(a) and digest(b) == digest(b)
+
+
+def test_every_digest_is_tagged_by_its_stream() -> None:
+    class Sub(list):  # not marshalable: the codec's scheme
+        pass
+
+    tags = {digest(v)[:1] for v in ([1], (1,), 1, "x", {1: 2}, Sub([1]))}
+    assert tags == {b"L", b"T", b"V", b"C"}
 
 
 def test_digests_depend_on_the_value_only() -> None:

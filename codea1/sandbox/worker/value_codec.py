@@ -363,31 +363,42 @@ DIGEST_MAX_BYTES = 1 << 36
 
 
 DIGEST_BYTES = 41
-"""A digest: one scheme byte, SHA-256 (32 bytes), the hashed length (8 bytes, little-endian)."""
+"""A digest: the tag of its stream (1 byte), SHA-256 of the stream (32 bytes), the stream's length
+(8 bytes, little-endian)."""
+
+_DIGEST_VALUE, _DIGEST_LIST, _DIGEST_TUPLE, _DIGEST_CODEC = b"V", b"L", b"T", b"C"
+"""The first byte of every stream :func:`digest` hashes, one per way of writing it: ``marshal`` of
+the whole value; a list's or a tuple's count then ``marshal`` of each element; this module's
+encoding. What follows the tag is self-delimiting (``marshal`` and the codec both are), so a stream
+names its value and its type: no value written one way can hash the bytes of another written
+another way (a list's header is not also the head of an int's ``marshal``)."""
+_COUNT = struct.Struct("<Q")
 
 
 def digest(value: Any, max_bytes: int = DIGEST_MAX_BYTES, max_depth: int = MAX_DEPTH) -> bytes:
     """A fingerprint of ``value`` that two processes compute alike for equal plain data, without
     holding an encoding of it whole (:data:`DIGEST_BYTES` long).
 
-    Fast scheme (``m``): SHA-256 of ``marshal`` version 0 of each element of a list or tuple
-    (of the value itself otherwise), after a header naming the container and its length. Version 0
-    writes every string in full (no interning flags, no back-references), so the bytes depend on
-    the value only, not on which objects it shares. Any value ``marshal`` refuses (an instance of
-    a subclass or a class, a value nested too deep) takes the slow scheme (``c``): SHA-256 of this
-    module's encoding, fed as it is produced. Set and dict order count, as in :func:`encode`.
-    MBPP/255's 1.7 million 77-tuples (1.2 GB) take about 6 s in the fast scheme, 150 s in the
-    slow one. :class:`CodecError` as :func:`encode` when even the slow scheme cannot."""
+    Fast scheme: SHA-256 of ``marshal`` version 0 of each element of a list or tuple (of the value
+    itself otherwise), after a tag naming the container and its length. Version 0 writes every
+    string in full (no interning flags, no back-references), so the bytes depend on the value only,
+    not on which objects it shares. Any value ``marshal`` refuses (an instance of a subclass or a
+    class, a value nested too deep) takes the slow scheme: SHA-256 of this module's encoding, fed
+    as it is produced. Every hashed stream starts with its own tag (:data:`_DIGEST_VALUE` ...), so
+    equal digests mean equal types as well as equal contents. Set and dict order count, as in
+    :func:`encode`. MBPP/255's 1.7 million 77-tuples (1.2 GB) take about 6 s in the fast scheme,
+    150 s in the slow one. :class:`CodecError` as :func:`encode` when even the slow scheme cannot."""
     try:
         return _marshal_digest(value)
     except (ValueError, RecursionError):  # not marshalable as such: the encoding itself
         pass
     enc = _DigestEncoder(max_bytes, max_depth)
     try:
+        enc.put(_DIGEST_CODEC)
         enc.value(value, 0)
     except RecursionError as e:
         raise CodecError("too deep (recursion)") from e
-    return b"c" + enc.hash.digest() + enc.length.to_bytes(8, "little")
+    return _DIGEST_CODEC + enc.hash.digest() + enc.length.to_bytes(8, "little")
 
 
 def _marshal_digest(value: Any) -> bytes:
@@ -396,7 +407,8 @@ def _marshal_digest(value: Any) -> bytes:
     t = type(value)
     if t is list or t is tuple:
         items = list(value)
-        header = (b"l" if t is list else b"t") + _U32.pack(len(items))
+        tag = _DIGEST_LIST if t is list else _DIGEST_TUPLE
+        header = tag + _COUNT.pack(len(items))
         h.update(header)
         length = len(header)
         for item in items:
@@ -404,10 +416,12 @@ def _marshal_digest(value: Any) -> bytes:
             h.update(data)
             length += len(data)
     else:
+        tag = _DIGEST_VALUE
         data = marshal.dumps(value, 0)
+        h.update(tag)
         h.update(data)
-        length = len(data)
-    return b"m" + h.digest() + length.to_bytes(8, "little")
+        length = 1 + len(data)
+    return tag + h.digest() + length.to_bytes(8, "little")
 
 
 def encode(value: Any, max_bytes: int = 65536, max_depth: int = MAX_DEPTH) -> bytes:
