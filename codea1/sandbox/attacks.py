@@ -44,6 +44,9 @@ class Attack:
     oracle: frozenset[str] = frozenset({"valid"})
     host_check: str = ""
     """Name of a check in :class:`HostProbe` (files untouched, no connection, ...)."""
+    harness: str = ""
+    """A check of its own (harness mode only; else :data:`HARNESS`): its verdict must be in ``verdicts``."""
+    check_cpu_s: float = 0.5
 
 
 def _a(name: str, code: str, verdicts: set[str], **kw: Any) -> Attack:
@@ -451,7 +454,22 @@ HARNESS = "def check(candidate):\n    assert candidate(1) == 2\n    assert candi
 """The check every harness-mode attack runs against (the grid suite's reference is f(x) = x + 1)."""
 _HARNESS_ALSO = ("eq_always_true", "truthy_object", "infinite_loop", "os_exit_in_test", "sys_exit_in_test",
                  "systemexit_from_del", "patch_builtins", "signal_handler_override", "close_pipes_at_load")  # fmt: skip
-HARNESS_ATTACKS: tuple[Attack, ...] = FORGE_ATTACKS + tuple(a for a in ATTACKS if a.name in _HARNESS_ALSO)
+_DIGEST_K = 700_000
+DIGEST_ATTACKS: tuple[Attack, ...] = (
+    _a(
+        "digest_type_confusion",
+        "import marshal, struct\ndef f(x):\n    body = (marshal.dumps(1, 0) + marshal.dumps(None, 0) * 3) * x\n"
+        "    return marshal.loads(b'l' + struct.pack('<I', 4 * x) + body)\n",
+        {"fail"},
+        harness=f"def check(candidate):\n    assert candidate({_DIGEST_K}) == [1, None, None, None] * {_DIGEST_K}\n",
+        check_cpu_s=10.0,
+    ),
+)
+"""A value over 4 MiB is compared by digest: an int whose ``marshal`` spells a list's old digest
+stream (``l``, its count, its elements) once passed ``assert out == [...]``."""
+HARNESS_ATTACKS: tuple[Attack, ...] = (
+    FORGE_ATTACKS + tuple(a for a in ATTACKS if a.name in _HARNESS_ALSO) + DIGEST_ATTACKS
+)
 """Attacks also run as checks (``check(candidate)`` in the trusted harness process); none may pass,
 except ``patch_builtins``, which is correct code."""
 
@@ -678,15 +696,23 @@ def attack_jobs(probe: HostProbe, attacks: tuple[Attack, ...] = ATTACKS) -> list
 
 def harness_jobs(probe: HostProbe, attacks: tuple[Attack, ...] = HARNESS_ATTACKS) -> list[CheckJob]:
     """The check jobs of the suite: each harness attack, then one correct candidate."""
-    jobs = [CheckJob(f"harness:{a.name}", probe.fill(a.code), "f", HARNESS, 0.5) for a in attacks]
+    jobs = [
+        CheckJob(f"harness:{a.name}", probe.fill(a.code), "f", a.harness or HARNESS, a.check_cpu_s)
+        for a in attacks
+    ]
     return jobs + [CheckJob("harness:correct_candidate", REF, "f", HARNESS, 0.5)]
 
 
-def _harness_results(jobs: list[CheckJob], verdicts: list[Verdict]) -> list[AttackResult]:
+def _harness_results(
+    jobs: list[CheckJob], verdicts: list[Verdict], attacks: tuple[Attack, ...] = ()
+) -> list[AttackResult]:
+    own = {f"harness:{a.name}": a.verdicts for a in attacks if a.harness}
     out = []
     for job, v in zip(jobs, verdicts, strict=True):
         want_pass = job.id in ("harness:correct_candidate", "harness:patch_builtins")
         ok = (v.status == "pass") == want_pass and (want_pass or v.status in NOT_PASS)
+        if job.id in own:
+            ok = v.status in own[job.id]
         out.append(AttackResult(job.id, ok, f"check={v.status}" + (f"({v.reason})" if v.reason else "")))
     return out
 
@@ -705,7 +731,7 @@ def run_suite(
         jobs = attack_jobs(probe, attacks)
         grids = sandbox.run_grids(jobs)
         checks = harness_jobs(probe, harness_attacks)
-        harness_rows = _harness_results(checks, sandbox.run_checks(checks))
+        harness_rows = _harness_results(checks, sandbox.run_checks(checks), harness_attacks)
         strays = wait_for_no_strays(sandbox.worker_pids())
         results: list[AttackResult] = []
         neighbour_problems = []
