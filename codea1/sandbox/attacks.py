@@ -249,6 +249,65 @@ sendto, sendmsg; from a candidate at call and load time and from a prediction on
 other socket families, host paths (``os.stat``, ``listdir``), System V IPC, ptrace and process
 memory, inherited descriptors; and a nameless stream socketpair, which must keep working."""
 
+_NAMESPACE_FLAGS = (("user", 0x10000000), ("mount", 0x00020000), ("pid", 0x20000000), ("net", 0x40000000),
+                    ("ipc", 0x08000000), ("uts", 0x04000000), ("cgroup", 0x02000000))  # fmt: skip
+_NAMESPACE_PROBE = (
+    "import ctypes, errno, os, threading\n"
+    "_libc = ctypes.CDLL(None, use_errno=True)\n"
+    "_libc.syscall.restype = ctypes.c_long\n"
+    "def _ret(r):\n"
+    "    if r == 0:\n"
+    "        os._exit(0)\n"
+    "    if r > 0:\n"
+    "        os.waitpid(r, 0)\n"
+    "        return 'created'\n"
+    "    return errno.errorcode.get(ctypes.get_errno(), '?')\n"
+    "def _clone(flags):\n"
+    "    ctypes.set_errno(0)\n"
+    "    return _ret(_libc.syscall(ctypes.c_long(56), ctypes.c_ulong(flags), *[ctypes.c_ulong(0)] * 4))\n"
+    "def _clone3(flags):\n"
+    "    args = (ctypes.c_uint64 * 8)(flags, 0, 0, 0, 17, 0, 0, 0)\n"
+    "    ctypes.set_errno(0)\n"
+    "    return _ret(_libc.syscall(ctypes.c_long(435), args, ctypes.c_size_t(64)))\n"
+    "def _fork():\n"
+    "    try:\n"
+    "        return _ret(os.fork())\n"
+    "    except OSError as e:\n"
+    "        return errno.errorcode.get(e.errno, '?')\n"
+    "def _thread():\n"
+    "    box = []\n"
+    "    t = threading.Thread(target=box.append, args=(1,))\n"
+    "    t.start()\n"
+    "    t.join()\n"
+    "    return 'ran' if box else 'not run'\n"
+    "def _probe():\n"
+    "    # each namespace: a forked child, a thread-form clone (the kernel would say EINVAL), clone3\n"
+    f"    out = [(n, _clone(v | 17), _clone(v | 0x10000), _clone3(v)) for n, v in {_NAMESPACE_FLAGS!r}]\n"
+    "    return out + [('fork', _fork()), ('clone', _clone(17)), ('thread', _thread())]\n"
+)
+_NAMESPACE_REFUSED = [(name, "EPERM", "EPERM", "ENOSYS") for name, _ in _NAMESPACE_FLAGS]
+_NAMESPACE_AT_LOAD = repr(_NAMESPACE_REFUSED + [("fork", "created"), ("clone", "created"), ("thread", "ran")])
+_NAMESPACE_AT_CALL = repr(_NAMESPACE_REFUSED + [("fork", "EPERM"), ("clone", "EPERM"), ("thread", "ran")])
+NAMESPACE_ATTACKS: tuple[Attack, ...] = (
+    _a(
+        "namespaces_at_load",
+        _NAMESPACE_PROBE + "_R = _probe()\ndef f(x):\n    return _R\n",
+        {"pass"},
+        reference=f"def f(x):\n    return {_NAMESPACE_AT_LOAD}\n",
+        tests=(("f(1)", _NAMESPACE_AT_LOAD),),
+    ),
+    _a(
+        "namespaces_at_call",
+        _NAMESPACE_PROBE + "def f(x):\n    return _probe()\n",
+        {"pass"},
+        reference=f"def f(x):\n    return {_NAMESPACE_AT_CALL}\n",
+        tests=(("f(1)", _NAMESPACE_AT_CALL),),
+    ),
+)
+"""Every namespace flag through ``clone(2)`` (as a child, and with ``CLONE_THREAD``) and
+``clone3(2)``, while the program loads and inside a test: all refused (EPERM; clone3 ENOSYS, so
+libc falls back to ``clone``), while fork (at load time), plain ``clone`` and threads still work."""
+
 _LOOP = "    while True:\n        pass\n"
 ATTACKS: tuple[Attack, ...] = (
     (
@@ -448,6 +507,7 @@ ATTACKS: tuple[Attack, ...] = (
     )
     + FORGE_ATTACKS
     + HOST_SOCKET_ATTACKS
+    + NAMESPACE_ATTACKS
 )
 
 HARNESS = "def check(candidate):\n    assert candidate(1) == 2\n    assert candidate(1)\n"

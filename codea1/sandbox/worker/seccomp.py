@@ -8,10 +8,11 @@ Two filters (docs/sandbox.md, "Layers"):
   SOCK_STREAM (a connected, nameless pair: asyncio's self-pipe; a datagram pair could ``sendto`` a
   pathname, a stream one cannot); ptrace and cross-process memory access, mount/namespace/module/
   keyring/bpf/perf/io_uring calls, System V IPC, the setuid family, and signals aimed at the
-  trusted processes (pid 1, the job runner and ``-1``).
+  trusted processes (pid 1, the job runner and ``-1``). New namespaces: ``unshare``/``setns``
+  (above), ``clone`` with any ``CLONE_NEW*`` flag (EPERM), and ``clone3`` (ENOSYS, since seccomp
+  cannot read the flags it takes by pointer; libc then falls back to ``clone``, threads included).
 * **test** (F2, added by each per-test child): additionally denies fork/vfork, clone without
-  ``CLONE_THREAD`` (``clone3`` answers ENOSYS so libc falls back to ``clone``), and signals to any
-  process but itself.
+  ``CLONE_THREAD``, and signals to any process but itself.
 """
 
 from __future__ import annotations
@@ -41,6 +42,12 @@ _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_SECCOMP = 22
 _SECCOMP_MODE_FILTER = 2
 _CLONE_THREAD = 0x00010000
+_CLONE_NEW_NAMESPACE = (
+    0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
+)
+"""CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET: every namespace ``clone(2)`` can
+create (CLONE_NEWTIME exists for ``unshare`` and ``clone3`` only; in ``clone`` its bit is part of the
+exit signal). The kernel reads the low 32 bits of clone's flags, its first argument on x86_64."""
 _AF_UNIX = 1
 
 # x86_64 syscall numbers
@@ -110,8 +117,8 @@ def _build(deny_fork: bool, protected_pids: list[int], own_pid: int | None) -> b
         insns += [_jump(_JEQ_K, nr, 0, 1), _stmt(_RET_K, _errno(errno.EPERM))]
     for nr in sorted(_DENY_SOCKET_USE.values()) if not deny_fork else []:
         insns += [_jump(_JEQ_K, nr, 0, 1), _stmt(_RET_K, _errno(errno.EACCES))]
-    if not deny_fork:  # socketpair: only a nameless AF_UNIX stream pair
-        insns += [
+    if not deny_fork:
+        insns += [  # socketpair: only a nameless AF_UNIX stream pair
             _jump(_JEQ_K, _NR_SOCKETPAIR, 0, 7),
             _stmt(_LD_W_ABS, _OFF_ARG0),
             _jump(_JEQ_K, _AF_UNIX, 0, 3),
@@ -121,8 +128,15 @@ def _build(deny_fork: bool, protected_pids: list[int], own_pid: int | None) -> b
             _stmt(_RET_K, _errno(errno.EACCES)),
             _stmt(_RET_K, _RET_ALLOW),
         ]
+        insns += [_jump(_JEQ_K, _NR_CLONE3, 0, 1), _stmt(_RET_K, _errno(errno.ENOSYS))]  # flags unreadable
+        insns += [  # clone: no new namespace (fork and threads pass)
+            _jump(_JEQ_K, _NR_CLONE, 0, 4),
+            _stmt(_LD_W_ABS, _OFF_ARG0),
+            _jump(_JSET_K, _CLONE_NEW_NAMESPACE, 0, 1),
+            _stmt(_RET_K, _errno(errno.EPERM)),
+            _stmt(_RET_K, _RET_ALLOW),
+        ]
     if deny_fork:
-        insns += [_jump(_JEQ_K, _NR_CLONE3, 0, 1), _stmt(_RET_K, _errno(errno.ENOSYS))]
         for nr in (_NR_FORK, _NR_VFORK):
             insns += [_jump(_JEQ_K, nr, 0, 1), _stmt(_RET_K, _errno(errno.EPERM))]
         insns += [
