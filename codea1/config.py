@@ -32,7 +32,7 @@ class ConfigError(ValueError):
 # --------------------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class DataConfig:
     """Which problems to train on (evaluate checkpoints with `codea1 eval code --model RUN_DIR/checkpoints/step_N/coder`)."""
 
@@ -49,7 +49,7 @@ class DataConfig:
     """Use only the first N problems of the training set (0 = all)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class SamplingConfig:
     """How one role samples completions."""
 
@@ -69,7 +69,7 @@ class SamplingConfig:
     """Sequences generated together in one batch."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class OptimConfig:
     """Optimisation of one role's policy."""
 
@@ -103,7 +103,7 @@ class OptimConfig:
     learning-rate schedule counts the optimizer steps taken."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class CoderConfig:
     """The Code LLM role."""
 
@@ -113,7 +113,7 @@ class CoderConfig:
     """Optimisation for the coder."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class TesterConfig:
     """The Test LLM role."""
 
@@ -129,7 +129,7 @@ class TesterConfig:
     """Number of asserts the tester prompt asks for."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class RewardConfig:
     """Reward formulas (docs/algorithm.md, items 4–11)."""
 
@@ -147,7 +147,7 @@ class RewardConfig:
     """Absolute tolerance when comparing floats."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class MistakeBookConfig:
     """Experience replay of tests that once broke code (docs/algorithm.md, items 19–23)."""
 
@@ -159,7 +159,7 @@ class MistakeBookConfig:
     """Entries kept per problem; evicts lowest frequency, then oldest."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class LossConfig:
     """GRPO advantages and the PPO-clip policy loss (docs/algorithm.md, items 17–18)."""
 
@@ -195,7 +195,7 @@ class LossConfig:
         return self.entropy_coef > 0
 
 
-@dataclass
+@dataclass(frozen=True)
 class SandboxConfig:
     """Execution of untrusted code and tests."""
 
@@ -219,7 +219,7 @@ CPU_MMAP_THRESHOLD_MAX = 32 * 2**20
 """The largest ``engine.cpu_mmap_threshold`` glibc accepts on a 64-bit host (``DEFAULT_MMAP_THRESHOLD_MAX``)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class EngineConfig:
     """Models and how they are held."""
 
@@ -285,7 +285,7 @@ class EngineConfig:
         return self.lora_alpha / self.lora_r
 
 
-@dataclass
+@dataclass(frozen=True)
 class ClusterConfig:
     """Where the Ray backend (``engine.backend: ray``) runs each part of a step (docs/cluster.md)."""
 
@@ -311,7 +311,7 @@ class ClusterConfig:
     """Program tasks per Ray call of the sandbox fan-out."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainConfig:
     """The training run."""
 
@@ -335,7 +335,7 @@ class TrainConfig:
         return self.method != "golden"
 
 
-@dataclass
+@dataclass(frozen=True)
 class EvalConfig:
     """Evaluation inside the run (docs/metrics.md, ``eval/``): held-out problems at step 0 (before
     the first update), every ``every`` steps and at the last step, through the rollout engine."""
@@ -366,7 +366,7 @@ class EvalConfig:
     """Problems per sampling/checking round (``eval --chunk``; the seeds depend on it)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrackingConfig:
     """Where metrics go."""
 
@@ -382,9 +382,14 @@ class TrackingConfig:
     """Live progress display; auto = rich on a terminal, plain log lines otherwise."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunConfig:
-    """Everything a run needs. Presets live in ``codea1/presets/*.yaml`` (package data)."""
+    """Everything a run needs. Presets live in ``codea1/presets/*.yaml`` (package data).
+
+    Frozen, as are its sections: a value checked by :func:`check_invariants` cannot change after the
+    check. A changed configuration is a new one (:func:`with_values`, or ``dataclasses.replace`` of
+    the ``RunConfig``), checked again when it is built.
+    """
 
     data: DataConfig = field(default_factory=DataConfig)
     """Problems."""
@@ -419,6 +424,30 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (tuples become lists), suitable for YAML/JSON."""
         return _plain(dataclasses.asdict(self))
+
+
+def with_values(cfg: RunConfig, values: Mapping[str, Any]) -> RunConfig:
+    """A copy of ``cfg`` with ``values`` (dotted keys: ``engine.device``, ``coder.optim.lr``) set, its
+    sections replaced along each key's path; the new configuration is checked again
+    (:class:`ConfigError` when it cannot work)."""
+    nested: dict[str, Any] = {}
+    for key, value in values.items():
+        node = nested
+        *path, last = key.split(".")
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return _replaced(cfg, nested)
+
+
+def _replaced(obj: Any, changes: dict[str, Any]) -> Any:
+    """``obj`` (a config dataclass) with ``changes`` applied, nested dicts into its sections."""
+    names = {f.name for f in dataclasses.fields(obj)}
+    unknown = sorted(set(changes) - names)
+    if unknown:
+        raise ConfigError(f"unknown key {unknown[0]!r} in {type(obj).__name__}")
+    fields = {k: _replaced(getattr(obj, k), v) if isinstance(v, dict) else v for k, v in changes.items()}
+    return dataclasses.replace(obj, **fields)
 
 
 def _plain(obj: Any) -> Any:

@@ -66,11 +66,9 @@ def check_sandbox_options(args: argparse.Namespace) -> None:
 
 def _config(args: argparse.Namespace, **defaults: Any) -> SandboxConfig:
     check_sandbox_options(args)
+    budgets = {"test_cpu_s": args.test_cpu_s, "load_cpu_s": args.load_cpu_s}
+    defaults |= {k: v for k, v in budgets.items() if v is not None}
     cfg = SandboxConfig(workers=args.workers, isolation=args.isolation, **defaults)
-    if args.test_cpu_s is not None:
-        cfg.test_cpu_s = args.test_cpu_s
-    if args.load_cpu_s is not None:
-        cfg.load_cpu_s = args.load_cpu_s
     try:
         check_config(cfg)
     except ValueError as e:

@@ -20,7 +20,7 @@ from codea1.cli import CliError
 from codea1.cli.options import check_workers
 from codea1.cli.resume import RESUME_CONFIG, finished_step, resume_config
 from codea1.cli.train_summary import what_changed
-from codea1.config import RunConfig, load_config
+from codea1.config import RunConfig, load_config, with_values
 from codea1.limits import MAX_WORKERS
 from codea1.run_lock import LOCK_FILE, RunDirBusy, RunDirLock
 
@@ -138,16 +138,22 @@ def create_run_dir(run_dir: Path, cfg: RunConfig) -> None:
     dump_config(cfg, run_dir / RESUME_CONFIG)
 
 
-def byte_lengths(cfg: RunConfig) -> None:
-    """The scripted engine's tokens are bytes: widen the length limits so that its canned answers
-    (whole solutions, several asserts) are neither cut nor skipped by limits sized for real tokens."""
-    for role in (cfg.coder, cfg.tester):
-        role.sampling.max_new_tokens = max(role.sampling.max_new_tokens, 4096)
-        role.sampling.max_prompt_tokens = max(role.sampling.max_prompt_tokens, 16384)
+def byte_lengths(cfg: RunConfig) -> RunConfig:
+    """The scripted engine's tokens are bytes: ``cfg`` with the length limits widened so that its
+    canned answers (whole solutions, several asserts) are neither cut nor skipped by limits sized
+    for real tokens (checked again, as every changed configuration is)."""
+    values: dict[str, int] = {}
+    for role in ("coder", "tester"):
+        sampling = getattr(cfg, role).sampling
+        values[f"{role}.sampling.max_new_tokens"] = max(sampling.max_new_tokens, 4096)
+        values[f"{role}.sampling.max_prompt_tokens"] = max(sampling.max_prompt_tokens, 16384)
+    return with_values(cfg, values)
 
 
-def expand_model_paths(cfg: RunConfig) -> None:
-    """Fill ``${VAR}`` in the model fields from the environment; an unset variable is a clear error."""
+def expand_model_paths(cfg: RunConfig) -> RunConfig:
+    """``cfg`` with ``${VAR}`` in the model fields filled from the environment (checked again); an
+    unset variable is a clear error."""
+    values: dict[str, str] = {}
     for name in ("coder_model", "tester_model"):
         value = getattr(cfg.engine, name)
         expanded = os.path.expandvars(value)
@@ -157,7 +163,8 @@ def expand_model_paths(cfg: RunConfig) -> None:
                 f"engine.{name}={value!r} needs the environment variable {var}: set it to a model directory, "
                 f"a .gguf file or a hub id (see docs/training.md), or pass --set engine.{name}=PATH"
             )
-        setattr(cfg.engine, name, expanded)
+        values[f"engine.{name}"] = expanded
+    return with_values(cfg, values)
 
 
 def in_run_evaluator(cfg: RunConfig, run_dir: Path, train_problems: list[Any]) -> Any:
@@ -254,7 +261,7 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, held: ExitStack) -> Any:
     from codea1.trainer import Trainer, TrainingOutOfMemory
 
     if cfg.engine.kind == "transformers":
-        expand_model_paths(cfg)
+        cfg = expand_model_paths(cfg)
     models_line = cfg.engine.coder_model + (
         f" / {cfg.engine.tester_model}" if cfg.engine.tester_model else ""
     )
@@ -277,7 +284,7 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, held: ExitStack) -> Any:
         )
     evaluator = in_run_evaluator(cfg, run_dir, problems)
     if not resume and cfg.engine.kind == "scripted":
-        byte_lengths(cfg)
+        cfg = byte_lengths(cfg)
     models = build_models(cfg, problems, rollout=sampler)
     plan = expected_host_plan(cfg, sampler)
     if plan is not None:

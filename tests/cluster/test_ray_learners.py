@@ -23,7 +23,7 @@ import torch
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs the ray extra")
 
-from codea1.config import RunConfig  # noqa: E402
+from codea1.config import RunConfig, with_values  # noqa: E402
 from codea1.engine.base import SamplingParams, TrainBatch, push_weights  # noqa: E402
 from codea1.engine.build import build, optimizer_steps, per_update  # noqa: E402
 from codea1.engine.ray_cluster import RayLearnerGroup  # noqa: E402
@@ -46,16 +46,23 @@ def cluster():
 
 
 def config(tiny: Path, mode: str = "separate", workers: int = 2, replicas: int = 1) -> RunConfig:
-    cfg = RunConfig()
-    cfg.engine.coder_model = str(tiny)
-    cfg.engine.mode = mode
-    cfg.engine.device, cfg.engine.dtype, cfg.engine.rollout = "cpu", "float32", "transformers"
-    cfg.engine.lora_r, cfg.engine.lora_alpha = 4, 8
-    cfg.coder.optim.micro_batch_size = 2
-    cfg.coder.optim.lr = 1e-3  # large enough for every weight to move visibly in one step
-    cfg.cluster.learner_workers, cfg.cluster.rollout_replicas = workers, replicas
-    cfg.cluster.cpus_per_worker = 0.25
-    return cfg
+    return with_values(
+        RunConfig(),
+        {
+            "engine.coder_model": str(tiny),
+            "engine.mode": mode,
+            "engine.device": "cpu",
+            "engine.dtype": "float32",
+            "engine.rollout": "transformers",
+            "engine.lora_r": 4,
+            "engine.lora_alpha": 8,
+            "coder.optim.micro_batch_size": 2,
+            "coder.optim.lr": 1e-3,  # large enough for every weight to move visibly in one step
+            "cluster.learner_workers": workers,
+            "cluster.rollout_replicas": replicas,
+            "cluster.cpus_per_worker": 0.25,
+        },
+    )
 
 
 def batch(seed: int = 0) -> TrainBatch:
@@ -217,10 +224,9 @@ def test_completions_do_not_depend_on_the_replica_count(started, tiny: Path) -> 
     prompts = PROMPTS + ["def fib(n):"]
     runs = []
     for count in (1, 2):
-        cfg = config(tiny, replicas=count)
-        cfg.engine.rollout = "vllm"
-        for role in (cfg.coder, cfg.tester):
-            role.sampling.max_new_tokens, role.sampling.max_prompt_tokens = 16, 256
+        lengths = {f"{r}.sampling.{k}": v for r in ("coder", "tester")
+                   for k, v in (("max_new_tokens", 16), ("max_prompt_tokens", 256))}  # fmt: skip
+        cfg = with_values(config(tiny, replicas=count), {"engine.rollout": "vllm", **lengths})
         replicas = started.replicas(cfg, ["coder"], "vllm")
         out = RayPolicy(replicas, "coder", "vllm").generate(prompts, params)
         runs.append([(c.prompt_index, c.completion_ids) for c in out])
@@ -243,10 +249,9 @@ def test_bf16_runs_keep_fp32_master_weights_so_small_updates_land(
     sends the weights in the rollout dtype (bf16), so the masters are read from checkpoints."""
     from safetensors.torch import load_file
 
-    cfg = config(tiny, workers=2)
-    cfg.engine.dtype = "bfloat16"
-    cfg.coder.optim.lr = 1e-6
-    cfg.loss.kl_coef = 0.0
+    cfg = with_values(
+        config(tiny, workers=2), {"engine.dtype": "bfloat16", "coder.optim.lr": 1e-6, "loss.kl_coef": 0.0}
+    )
     remote = started(cfg)
     remote.save(tmp_path / "a")
     before = load_file(str(tmp_path / "a" / "weights.safetensors"))

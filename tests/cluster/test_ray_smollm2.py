@@ -14,7 +14,7 @@ from tests.demo_model import require_demo_model
 ray = pytest.importorskip("ray", reason="the Ray backend needs the ray extra")
 require_demo_model()
 
-from codea1.config import RunConfig  # noqa: E402
+from codea1.config import RunConfig, with_values  # noqa: E402
 from codea1.engine.base import SamplingParams, TrainBatch  # noqa: E402
 from codea1.engine.build import build, optimizer_steps, per_update  # noqa: E402
 from codea1.engine.ray_cluster import RayLearnerGroup  # noqa: E402
@@ -25,11 +25,11 @@ pytestmark = pytest.mark.slow
 
 
 def test_smollm2_update_on_two_ranks_equals_the_local_engine() -> None:
-    cfg = RunConfig()
-    cfg.engine.device, cfg.engine.dtype, cfg.engine.rollout = "cpu", "float32", "transformers"
-    cfg.cluster.learner_workers, cfg.cluster.cpus_per_worker = 2, 0.25
-    for role in (cfg.coder, cfg.tester):
-        role.optim.micro_batch_size, role.optim.lr = 3, 1e-5
+    values = {"engine.device": "cpu", "engine.dtype": "float32", "engine.rollout": "transformers",
+              "cluster.learner_workers": 2, "cluster.cpus_per_worker": 0.25}  # fmt: skip
+    for role in ("coder", "tester"):
+        values |= {f"{role}.optim.micro_batch_size": 3, f"{role}.optim.lr": 1e-5}
+    cfg = with_values(RunConfig(), values)
     local = build(cfg)
     prompts = [
         local.coder_policy.render([{"role": "user", "content": text}])

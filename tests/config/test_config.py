@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from codea1.config import ConfigError, RunConfig, config_from_dict, load_config, preset_names
+from codea1.config import (
+    ConfigError,
+    RunConfig,
+    config_from_dict,
+    load_config,
+    preset_names,
+    with_values,
+)
 
 
 def test_defaults_are_valid() -> None:
@@ -134,9 +142,39 @@ def test_derived_engine_and_loss_facts_have_one_home() -> None:
     cfg = config_from_dict({"engine": {"coder_model": "a", "lora_r": 8, "lora_alpha": 32}})
     assert cfg.engine.lora_scale == 4.0
     assert (cfg.engine.role_model("coder"), cfg.engine.role_model("tester")) == ("a", "a")
-    cfg.engine.tester_model = "b"
+    cfg = with_values(cfg, {"engine.tester_model": "b"})
     assert (cfg.engine.role_model("coder"), cfg.engine.role_model("tester")) == ("a", "b")
     assert cfg.loss.keeps_reference and not cfg.loss.needs_entropy  # kl 0.001, entropy 0 by default
-    cfg.loss.kl_coef, cfg.loss.entropy_coef = 0.0, 0.01
+    cfg = with_values(cfg, {"loss.kl_coef": 0.0, "loss.entropy_coef": 0.01})
     assert not cfg.loss.keeps_reference and cfg.loss.needs_entropy
     assert "lora_scale" not in cfg.to_dict()["engine"] and "keeps_reference" not in cfg.to_dict()["loss"]
+
+
+def test_a_checked_configuration_cannot_change() -> None:
+    """Issue 34, item 2: a value set after :func:`check_invariants` was never checked; the
+    configuration and each of its sections are frozen."""
+    cfg = load_config("demo-cpu")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.preset = "other"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.engine.device = "cpu"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.coder.sampling.n = 1  # type: ignore[misc]
+    assert cfg.coder.sampling.n == load_config("demo-cpu").coder.sampling.n
+
+
+def test_a_changed_configuration_is_checked_again() -> None:
+    """``with_values`` (and ``dataclasses.replace`` of a RunConfig) builds a new configuration,
+    checked like a loaded one; the original is left as it was."""
+    cfg = load_config("demo-cpu")
+    wider = with_values(cfg, {"coder.sampling.max_new_tokens": 4096, "engine.device": "cpu"})
+    assert (wider.coder.sampling.max_new_tokens, wider.engine.device) == (4096, "cpu")
+    assert wider.tester == cfg.tester and cfg.coder.sampling.max_new_tokens != 4096
+    with pytest.raises(ConfigError, match="GRPO needs a group size >= 2"):
+        with_values(cfg, {"coder.sampling.n": 1})
+    with pytest.raises(ConfigError, match=r"coder.sampling.n=1000 exceeds the maximum"):
+        with_values(cfg, {"coder.sampling.n": 1000})
+    with pytest.raises(ConfigError, match="reward.alpha"):
+        dataclasses.replace(cfg, reward=dataclasses.replace(cfg.reward, alpha=2.0))
+    with pytest.raises(ConfigError, match="unknown key 'nope'"):
+        with_values(cfg, {"engine.nope": 1})

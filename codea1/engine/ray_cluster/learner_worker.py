@@ -18,6 +18,7 @@ Imports: torch, config, engine.base, engine.hf_local, engine.loading.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 from pathlib import Path
@@ -58,18 +59,18 @@ class LearnerWorker:
         """Join the group, build and shard the role's model, create its learner; returns the
         number of trainable tensors."""
         cuda = self.cfg.cluster.gpus_per_worker > 0 and torch.cuda.is_available()
-        engine = self.cfg.engine
-        engine.device = "cuda" if cuda else "cpu"
+        device = "cuda" if cuda else "cpu"
         os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = master[0], str(master[1])
         torch.distributed.init_process_group(
             "nccl" if cuda else "gloo", rank=self.rank, world_size=self.world
         )
         if cuda:
             torch.cuda.set_device(0)
-        compute = pick_dtype(engine.dtype, pick_device(engine.device))
+        compute = pick_dtype(self.cfg.engine.dtype, pick_device(device))
         mixed = compute != torch.float32  # fp32 master weights and AdamW state, compute in bf16
-        self.rollout_dtype = compute if engine.mode == "separate" else None
-        engine.dtype = "float32"
+        self.rollout_dtype = compute if self.cfg.engine.mode == "separate" else None
+        # this rank's engine settings: its device, and the weights loaded in fp32 (the masters)
+        engine = dataclasses.replace(self.cfg.engine, device=device, dtype="float32")
         model, tokenizer = load_trainable(engine, engine.role_model(self.role))
         keep_reference = self.cfg.loss.keeps_reference
         if engine.mode == "separate":

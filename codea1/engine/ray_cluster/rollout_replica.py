@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from codea1.config import RunConfig
+from codea1.config import RunConfig, with_values
 from codea1.engine.base import Completion, SamplingParams
 from codea1.engine.hf_local.policy import eos_ids
 from codea1.engine.loading import (
@@ -54,7 +54,7 @@ class RolloutReplica:
     def __init__(self, cfg: RunConfig, spec: str, roles: Sequence[str], engine: str) -> None:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         cuda = cfg.cluster.gpus_per_worker > 0 and torch.cuda.is_available()
-        cfg.engine.device = "cuda" if cuda else "cpu"
+        cfg = with_values(cfg, {"engine.device": "cuda" if cuda else "cpu"})  # this replica's device
         self.policies: dict[str, Any] = {}
         self.sleeps = False
         if engine == "vllm":
