@@ -10,11 +10,15 @@ counts (``learner_memory``, ``engine_overhead_gib``) and how a GPU's plan is mad
 The tables (default): a learner rank's peak, and a replica with the preset's KV cache. ``--check``:
 for every ``paper-*`` preset, each layout (the ``-ray`` presets as shipped, ``placement: split``,
 and ``colocate`` with a derived KV cache; the local presets on the local backend with vLLM
-rollouts), on 80 GB and 141 GB GPUs (the memory torch reports of them, rounded down), the plan of
-each GPU: what it holds, each engine's ``gpu_memory_utilization``, KV cache and ``max_num_seqs``,
-vLLM's start-up check (free >= utilization x total) in start order, the peak, and a verdict:
+rollouts), on 80 GB and 141 GB GPUs (the memory torch reports of them, rounded down), and every
+``-ray`` preset on the reference's node (:data:`REFERENCE_NODE`: 8 × 80 GB, 4 GPUs per role, learner
+ranks and replicas colocated, the preset's own KV cache), the plan of each GPU: what it holds beside
+the awake engines, each engine's ``gpu_memory_utilization``, KV cache and ``max_num_seqs``, vLLM's
+start-up check (free >= utilization x total) in start order, what it holds while the engines sleep
+and the learners compute (colocated layouts), the peak, and a verdict:
 
-* ``PASS``: every engine starts and the peak fits;
+* ``PASS``: every engine starts and the peak of either phase fits with the headroom
+  (``memory.HEADROOM_FRACTION`` of the GPU) free;
 * ``does not fit: ...``: no plan leaves an engine a KV cache for one prompt's samples at full length
   (or the learners alone exceed the GPU); the verdict says what to run instead. Not a failure:
   that layout is not one the preset is meant for;
@@ -56,6 +60,15 @@ PRESETS = ("paper-1.5b-ray", "paper-3b-ray", "paper-7b-ray")
 CHECK_GPUS = (("80 GB (79 GiB)", 79.0), ("141 GB (139 GiB)", 139.0))
 """The GPUs ``--check`` plans for: name and the GiB torch reports of it, rounded down (an A100 or
 H100 80 GB reports about 79.2, an H200 141 GB about 139.8)."""
+REFERENCE_NODE_NAME = "reference node: 8 × 80 GB, 4 + 4 per role, colocate"
+REFERENCE_NODE = (
+    "cluster.learner_workers=4",
+    "cluster.rollout_replicas=4",
+    "cluster.placement=colocate",
+    "cluster.gpus_per_worker=1",
+)
+"""The reference's hardware (``code/rl/config/7B_A1.yaml`` of the official Code-A1 code): one node
+of 8 GPUs, 4 per role, learner and vLLM colocated; planned on 80 GB GPUs whatever ``--gpu-gib`` says."""
 ReplicaMemory = EngineMemory
 replica_memory = engine_memory
 
@@ -149,6 +162,8 @@ class Layout:
     """A layout the preset is made for: not fitting is a FAIL."""
     instead: str
     """What to run where it does not fit (for layouts that are not required)."""
+    gpus: tuple[tuple[str, float], ...] = ()
+    """The GPUs this layout is planned on (empty: those of the command line)."""
 
 
 def layouts(name: str, overrides: list[str]) -> Iterator[Layout]:
@@ -161,20 +176,28 @@ def layouts(name: str, overrides: list[str]) -> Iterator[Layout]:
         other = "colocate" if shipped == "split" else "split"
         again = [*overrides, f"cluster.placement={other}", "engine.vllm_kv_cache_gib=0"]
         yield Layout(f"ray {other}", load_config(name, again), False, f"use placement {shipped}")
+        node = load_config(name, [*overrides, *REFERENCE_NODE])
+        yield Layout(REFERENCE_NODE_NAME, node, True, "", (CHECK_GPUS[0],))
         return
     ray = f"{name}-ray"
     instead = ""
     if ray in preset_names():
-        c = load_config(ray).cluster
-        gpus = 2 * (c.learner_workers + c.rollout_replicas) * c.gpus_per_worker
-        instead = f"use {ray} ({gpus:g} GPUs)"
+        instead = f"use {ray} ({ray_gpus(load_config(ray)):g} GPUs)"
     yield Layout("local, 1 GPU", load_config(name, [*overrides, "engine.rollout=vllm"]), False, instead)
+
+
+def ray_gpus(cfg: RunConfig) -> float:
+    """GPUs of a Ray run of two roles: a bundle per learner rank and per replica (``split``), or
+    replica ``i`` in learner rank ``i``'s bundle (``colocate``), as ``placement.plan`` lays them out."""
+    c = cfg.cluster
+    replicas = max(0, c.rollout_replicas - c.learner_workers) if c.placement == "colocate" else c.rollout_replicas
+    return 2 * (c.learner_workers + replicas) * c.gpus_per_worker
 
 
 def plans(layout: Layout, total_gib: float) -> list[GpuPlan]:
     """The plan of every kind of GPU of ``layout`` on GPUs of ``total_gib``."""
     cfg = layout.cfg
-    shared = shares_one_model(cfg)
+    shared = shares_one_model(cfg.train)
     models = {r: model_of(cfg, r) for r in ("coder", "tester")}
     if cfg.engine.backend == "ray":
         return ray_plans(cfg, models, total_gib, shared=shared)
@@ -196,13 +219,14 @@ def check_table(
     """Markdown rows of the ``--check`` table and the number of FAIL rows."""
     out = [
         "| preset | layout | GPU | this GPU holds | resident | engines: utilization, KV GiB (full-length "
-        "sequences), max_num_seqs | vLLM start: free vs requested | peak | verdict |",
-        "|---|---|---|---|--:|---|---|--:|---|",
+        "sequences), max_num_seqs | vLLM start: free vs requested | engines asleep, learners computing "
+        "| peak | verdict |",
+        "|---|---|---|---|--:|---|---|--:|--:|---|",
     ]
     failures = 0
     for name in names:
         for layout in layouts(name, overrides):
-            for label, total in gpus:
+            for label, total in layout.gpus or gpus:
                 for plan in plans(layout, total):
                     replay = startup_replay(plan)
                     engines = "; ".join(
@@ -220,7 +244,7 @@ def check_table(
                     out.append(
                         f"| {name} | {layout.name} | {label} | {plan.what} "
                         f"| {plan.resident_gib:.1f} | {engines or '–'} | {starts or '–'} "
-                        f"| {replay.peak_gib:.1f} | {result} |"
+                        f"| {f'{plan.asleep_gib:.1f}' if plan.asleep else '–'} | {replay.peak_gib:.1f} | {result} |"
                     )
     return out, failures
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from codea1.config import EngineConfig, OptimConfig, RunConfig
+from codea1.config import EngineConfig, OptimConfig, RunConfig, TrainConfig
 from codea1.engine.base import EngineFailure, Roles
 from codea1.engine.host_plan import HostPlan, host_plan
 from codea1.engine.memory import ModelShape
@@ -36,9 +36,9 @@ def per_update(optim: OptimConfig) -> OptimConfig:
     return dataclasses.replace(optim, warmup_steps=optim.warmup_steps * optim.mini_batches * optim.ppo_epochs)
 
 
-def shares_one_model(cfg: RunConfig) -> bool:
+def shares_one_model(train: TrainConfig) -> bool:
     """Self-play plays both roles with one model; golden has no Test LLM, so one model suffices."""
-    return cfg.train.method in ("selfplay", "golden")
+    return train.method in ("selfplay", "golden")
 
 
 def rollout_engine(engine: EngineConfig) -> tuple[str, str]:
@@ -62,7 +62,7 @@ def build(cfg: RunConfig, problems: Sequence[Problem] = (), *, rollout: str | No
     ``problems`` feed the scripted engine's script; ``rollout`` overrides the resolved
     ``engine.rollout`` (see :func:`rollout_engine`). Raises :class:`EngineBuildError`.
     """
-    shared = shares_one_model(cfg)
+    shared = shares_one_model(cfg.train)
     if cfg.engine.kind == "scripted":
         from codea1.engine.scripted_roles import scripted_roles
 
@@ -113,7 +113,9 @@ def expected_host_plan(cfg: RunConfig, sampler: str) -> HostPlan | None:
     except (ModelLoadError, OSError, ValueError):
         return None
     weight_bytes = pick_dtype(cfg.engine.dtype, device).itemsize
-    return host_plan(cfg, model, weight_bytes=weight_bytes, rollout=sampler, one_model=shares_one_model(cfg))
+    return host_plan(
+        cfg, model, weight_bytes=weight_bytes, rollout=sampler, one_model=shares_one_model(cfg.train)
+    )
 
 
 def build_on_ray(cfg: RunConfig, sampler: str, shared: bool) -> Roles:
