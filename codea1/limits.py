@@ -1,4 +1,4 @@
-"""The largest sizes accepted for what a user can set: group sizes, batches, tokens, tests, workers.
+"""The largest sizes accepted for what a user can set: group sizes, batches, tokens, tests, workers, steps.
 
 A size past these bounds is not a bigger run but a runaway one (``coder.sampling.n=10**12`` grows
 until the kernel kills the process), so it is refused when the configuration or the command line
@@ -46,6 +46,9 @@ WORKERS_PER_CORE = 4
 """Sandbox workers allowed per CPU core of this machine."""
 MAX_WORKERS = 1024
 """Sandbox workers on any machine (the Ray fan-out's nodes have their own cores)."""
+MAX_TRAIN_STEPS = 1 << 20
+"""Training steps of a run (``train.steps``, ``--steps``) and the evaluation's period (``eval.every``;
+111 steps in the paper)."""
 
 
 def cores() -> int:
@@ -90,6 +93,8 @@ def size_errors(cfg: RunConfig) -> list[str]:
         ("mistake_book.top_k", cfg.mistake_book.top_k, MAX_TESTS_CONSIDERED, "tests replayed per problem"),
         ("data.problems_per_step", cfg.data.problems_per_step, MAX_PROBLEMS_PER_STEP, "256 in the paper"),
         ("sandbox.workers", cfg.sandbox.workers, MAX_WORKERS, "processes; 0 = one per core"),
+        ("train.steps", cfg.train.steps, MAX_TRAIN_STEPS, "111 in the paper"),
+        ("eval.every", cfg.eval.every, MAX_TRAIN_STEPS, "steps between evaluations"),
     ]
     if cfg.eval.data:
         e = cfg.eval
@@ -103,6 +108,8 @@ def size_errors(cfg: RunConfig) -> list[str]:
     errors = [m for key, value, maximum, what in checks if (m := above(key, value, maximum, what))]
     if cfg.tester.tests_per_suite < 1:
         errors.append(f"tester.tests_per_suite must be >= 1, got {cfg.tester.tests_per_suite}")
+    if cfg.eval.every < 0:
+        errors.append(f"eval.every must be >= 0 (0 = only at step 0 and the last step), got {cfg.eval.every}")
     if not errors:
         b, nc, nt = cfg.data.problems_per_step, cfg.coder.sampling.n, cfg.tester.sampling.n
         total = b * nc * (1 + nt if cfg.train.trains_tester else 1)

@@ -6,11 +6,13 @@ directory, no output, the inputs byte-identical."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
-from codea1.limits import MAX_COMPLETIONS_PER_STEP, max_workers
+from codea1.config import ConfigError, load_config
+from codea1.limits import MAX_COMPLETIONS_PER_STEP, MAX_TRAIN_STEPS, max_workers
 
 from .reliability_cli import (
     FIXTURES,
@@ -147,5 +149,28 @@ def test_train_bounds_the_in_run_evaluation(
     argv = ["train", *FAST, "--steps", "1", "--run-dir", run, "--set", "eval.data=demo:heldout",
             "--set", "eval.limit=2", "--set", override]  # fmt: skip
     assert_one_line_error(run_cli(argv, capsys), needle)
+    assert not run.exists()
+    assert_untouched(place, {})
+
+
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [
+        (f"train.steps={10**30}", f"train.steps={10**30} exceeds the maximum {MAX_TRAIN_STEPS}"),
+        (f"eval.every={MAX_TRAIN_STEPS + 1}", f"eval.every={MAX_TRAIN_STEPS + 1} exceeds the maximum"),
+        ("eval.every=-1", "eval.every must be >= 0"),
+    ],
+)
+def test_train_bounds_its_steps_before_the_run_dir(
+    place: Place, capsys: pytest.CaptureFixture[str], override: str, needle: str
+) -> None:
+    """Issue 35, item 8: ``--steps 10**30`` created the run directory and ran until killed, and a
+    negative ``eval.every`` was accepted (it was checked only with ``eval.data`` set)."""
+    with pytest.raises(ConfigError, match=re.escape(needle)):  # first, so that a lost bound fails fast
+        load_config("tiny-cpu", [override])
+    run = place.out / "run"
+    key, value = override.split("=")
+    given = ["--steps", value] if key == "train.steps" else ["--steps", "1", "--set", override]
+    assert_one_line_error(run_cli(["train", *FAST, "--run-dir", run, *given], capsys), needle)
     assert not run.exists()
     assert_untouched(place, {})
