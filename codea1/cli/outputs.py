@@ -113,16 +113,39 @@ def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
     return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
+def _regular_file(path: str | os.PathLike[str], fd: int) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of the regular file ``path`` names (``-``: the file open as ``fd``, standard
+    input or output), None for anything else (absent, a terminal, ``/dev/null``, a pipe)."""
+    try:
+        st = os.fstat(fd) if str(path) == "-" else os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
+
+
+def same_stream(output: str | os.PathLike[str], source: str | os.PathLike[str]) -> bool:
+    """Whether writing ``output`` writes the file ``source`` is read from, where either is ``-``: a
+    standard input redirected from a file that the output names (``--output /proc/self/fd/0``, or the
+    file's own path), or a standard output redirected to (appending to) the input file."""
+    if str(output) != "-" and str(source) != "-":
+        return False
+    a, b = _regular_file(output, 1), _regular_file(source, 0)
+    return a is not None and a == b
+
+
 def check_distinct(output: str | os.PathLike[str] | None, option: str, inputs: dict[str, Any]) -> None:
     """Raise :class:`CliError` when ``output`` is the same file as one of ``inputs`` (option name →
-    path, None for an option not given): writing it would destroy that input. Call it before anything
-    is opened for writing."""
+    path, None for an option not given): writing it would destroy that input. ``-`` is standard
+    input or output, compared by the file it is redirected from or to (:func:`same_stream`). Call
+    it before anything is opened for writing."""
     if output is None:
         return
     for name, path in inputs.items():
-        if path is not None and same_file(output, path):
-            raise CliError(f"{option} {output} is the same file as {name} {path}; writing it would destroy "
-                           "the input: give another output path")  # fmt: skip
+        if path is not None and (same_file(output, path) or same_stream(output, path)):
+            shown = {"-": "- (standard input)"}.get(str(path), path)
+            where = " (standard output)" if str(output) == "-" else ""
+            raise CliError(f"{option} {output}{where} is the same file as {name} {shown}; writing it would "
+                           "destroy the input: give another output path")  # fmt: skip
 
 
 def _pid_alive(pid: int) -> bool:
