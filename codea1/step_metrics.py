@@ -1,6 +1,7 @@
 """The metrics of one training step: the ``coder/``, ``tester/``, ``exec/``, ``replay/``, ``rollout/``
-and ``memory/`` keys of ``metrics.jsonl``, as docs/metrics.md lists them (``loss/`` keys come from the
-learners, ``time/`` keys from the tracker).
+and ``memory/`` keys of ``metrics.jsonl``, as docs/metrics.md lists them, and the ``loss/<role>/``
+keys of a policy update (:func:`update_metrics`, from the learners' stats; ``time/`` keys come from
+the tracker).
 
 The trainer calls :func:`sampling_metrics` right after each role's rollout (it reads the policy's
 ``last_stats`` of that call) and :func:`step_metrics` once the step's batches are built. A method
@@ -182,3 +183,17 @@ def trained_metrics(role: str, trained: TrainedRole) -> dict[str, float]:
         else 0.0,
         f"{role}/adv_abs_max": stats.adv_abs_max,
     }
+
+
+def update_metrics(
+    role: str, sums: Mapping[str, float], steps: int, *, skipped_without_signal: bool = False
+) -> dict[str, float]:
+    """A role's policy update as ``loss/<role>/…`` keys: the learner's stats of its ``steps``
+    optimizer steps (``sums``, added up over the steps; a ``loss/`` prefix dropped) averaged, then
+    ``optimizer_steps``; with nothing to train, 0 steps (and ``skipped_without_signal`` when a batch
+    without any advantage was skipped)."""
+    out = {f"loss/{role}/{k.removeprefix('loss/')}": v / steps for k, v in sums.items()}
+    out[f"loss/{role}/optimizer_steps"] = float(steps)
+    if skipped_without_signal:
+        out[f"loss/{role}/skipped_without_signal"] = 1.0
+    return out

@@ -25,8 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import numpy as np
-
 from codea1 import rollout as ro
 from codea1.checkpoint import (
     BOOK_FILE,
@@ -38,13 +36,22 @@ from codea1.checkpoint import (
     save_checkpoint,
 )
 from codea1.config import RunConfig, SamplingConfig
-from codea1.core.seeds import call_seed, epoch_order
+from codea1.core.cuts import even_cuts
+from codea1.core.seeds import call_seed
+from codea1.data.problem_sampler import ProblemSampler
 from codea1.engine.base import Learner, Roles, SamplingParams, push_weights
 from codea1.eval.in_training import InRunEvaluator, due
 from codea1.replay.mistake_book import MistakeBook
 from codea1.run_lock import RunDirLock
 from codea1.scoring import GridRunner, ProblemScore, Score, bind_policy_loss, score_batch, score_golden
-from codea1.step_metrics import TrainedRole, memory_metrics, sampling_metrics, step_metrics, sync_metrics
+from codea1.step_metrics import (
+    TrainedRole,
+    memory_metrics,
+    sampling_metrics,
+    step_metrics,
+    sync_metrics,
+    update_metrics,
+)
 from codea1.tracking import Tracker, read_eval_points, truncate_metrics
 from codea1.types import Problem, TestCase
 
@@ -75,38 +82,6 @@ class RunSummary:
     interrupted: bool = False
     last_metrics: dict[str, Any] = field(default_factory=dict)
     checkpoint: Path | None = None
-
-
-class ProblemSampler:
-    """Seeded draws without replacement: a fresh permutation per epoch, incomplete tails dropped
-    (the reference's ``RandomSampler`` with ``drop_last=True``). Its position is checkpointed."""
-
-    def __init__(self, n_problems: int, batch: int, seed: int, shuffle: bool = True) -> None:
-        if n_problems < batch:
-            raise ValueError(f"data.problems_per_step={batch} exceeds the {n_problems} training problems")
-        self.n, self.batch, self.seed, self.shuffle = n_problems, batch, seed, shuffle
-        self.epoch, self.pos = 0, 0
-
-    def _order(self) -> np.ndarray:
-        if not self.shuffle:
-            return np.arange(self.n)
-        return epoch_order(self.seed, self.epoch, self.n)
-
-    def next(self) -> list[int]:
-        """Indices of the next batch of problems."""
-        if self.pos + self.batch > self.n:
-            self.epoch, self.pos = self.epoch + 1, 0
-        out = self._order()[self.pos : self.pos + self.batch]
-        self.pos += self.batch
-        return [int(i) for i in out]
-
-    def state(self) -> dict[str, int]:
-        """Position, for checkpoints."""
-        return {"epoch": self.epoch, "pos": self.pos}
-
-    def load_state(self, state: dict[str, int]) -> None:
-        """Inverse of :meth:`state`."""
-        self.epoch, self.pos = int(state["epoch"]), int(state["pos"])
 
 
 def sampling_params(s: SamplingConfig, seed: int) -> SamplingParams:
@@ -287,11 +262,11 @@ class Trainer:
         learner reads them off its training forward pass (the same values, one pass fewer).
         """
         if len(batch) == 0:
-            return {f"loss/{role}/optimizer_steps": 0.0}
+            return update_metrics(role, {}, 0)
         optim = (self.cfg.coder if role == "coder" else self.cfg.tester).optim
         tb = batch.train
         if optim.skip_without_signal and not any(tb.advantages):
-            return {f"loss/{role}/optimizer_steps": 0.0, f"loss/{role}/skipped_without_signal": 1.0}
+            return update_metrics(role, {}, 0, skipped_without_signal=True)
         n_mini = min(optim.mini_batches, len(tb))
         n_steps = optim.ppo_epochs * n_mini
         if self.cfg.loss.old_logprobs == "sampling":
@@ -302,15 +277,12 @@ class Trainer:
             tb.old_logprobs = None
         if self.cfg.loss.keeps_reference:
             tb.ref_logprobs = learner.logprobs(tb, reference=True)
-        bounds = np.linspace(0, len(tb), n_mini + 1).round().astype(int)
         sums: dict[str, float] = {}
         for _ in range(optim.ppo_epochs):
-            for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-                for k, v in learner.train_step(tb.slice(lo, hi), self.loss_fn).items():
+            for mini in even_cuts(len(tb), n_mini):
+                for k, v in learner.train_step(tb.slice(mini.start, mini.stop), self.loss_fn).items():
                     sums[k] = sums.get(k, 0.0) + float(v)
-        out = {f"loss/{role}/{k.removeprefix('loss/')}": v / n_steps for k, v in sums.items()}
-        out[f"loss/{role}/optimizer_steps"] = float(n_steps)
-        return out
+        return update_metrics(role, sums, n_steps)
 
     def _push_weights(self) -> None:
         """The trainer moves each trained role's weights to the policy that samples it (once when

@@ -18,7 +18,8 @@ from trainer_fakes import build_models, problems
 from codea1.checkpoint import latest_checkpoint, list_checkpoints
 from codea1.config import load_config
 from codea1.tracking import read_metrics
-from codea1.trainer import ProblemSampler, Trainer, side_by_side
+from codea1.data.problem_sampler import ProblemSampler
+from codea1.trainer import Trainer, side_by_side
 
 BASE = [
     "engine.kind=scripted", "data.problems_per_step=2", "coder.sampling.n=4", "tester.sampling.n=3",
@@ -266,6 +267,39 @@ def _role_batch(advantages: list[float]):  # noqa: ANN202
     n = len(advantages)
     train = TrainBatch([(1, 2)] * n, [(3, 4)] * n, advantages)
     return RoleBatch(train, [(0.0, 0.0)] * n, [0.0] * n, [(0, 0, i) for i in range(n)], ["x"] * n)
+
+
+# today's cut points of the trainer's mini-batches (np.linspace rounded, half to even): kept bit for bit
+MINI_BATCH_CUTS = {
+    (5, 2): [(0, 2), (2, 5)],
+    (9, 2): [(0, 4), (4, 9)],
+    (10, 3): [(0, 3), (3, 7), (7, 10)],
+    (10, 4): [(0, 2), (2, 5), (5, 8), (8, 10)],
+    (6, 4): [(0, 2), (2, 3), (3, 4), (4, 6)],
+    (12, 3): [(0, 4), (4, 8), (8, 12)],
+}
+
+
+@pytest.mark.parametrize(("count", "parts"), list(MINI_BATCH_CUTS))
+def test_the_trainer_the_ray_shares_and_the_learner_cut_at_the_same_points(
+    tmp_path: Path, count: int, parts: int
+) -> None:
+    """Issue 34, item 4: one cut rule (``core.cuts``). The trainer's mini-batches and the Ray
+    backend's shares are :func:`~codea1.core.cuts.even_cuts`; the learner's micro-batches cap a
+    piece's size instead, and cut at the same points where ``micro_batch_size`` divides the batch."""
+    from codea1.config import OptimConfig
+    from codea1.engine.hf_local.learner import micro_batches
+    from codea1.engine.ray_cluster.shares import spans
+
+    trainer = make(tmp_path, f"coder.optim.mini_batches={parts}", "loss.old_logprobs=recompute")
+    learner = _CountingLearner()
+    stats = trainer._update_role("coder", learner, _role_batch([float(i) for i in range(count)]))
+    seen = [(int(step[0]), int(step[-1]) + 1) for step in learner.steps]
+    assert seen == MINI_BATCH_CUTS[(count, parts)] == spans(count, parts)
+    assert stats["loss/coder/optimizer_steps"] == parts and stats["loss/coder/total"] == 0.5
+    if count % parts == 0:
+        micro = micro_batches([8] * count, OptimConfig(micro_batch_size=count // parts))
+        assert [(r.start, r.stop) for r in micro] == seen
 
 
 @pytest.mark.parametrize("skip", [False, True])

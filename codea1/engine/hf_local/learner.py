@@ -30,6 +30,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from codea1.config import EngineConfig, LossConfig, OptimConfig
+from codea1.core.cuts import count_cuts, token_cuts
 from codea1.core.losses import ADDITIVE_STATS, LossNormalizer, Weighting, stats_weighting
 from codea1.engine.base import LossFn, TrainBatch
 from codea1.engine.hf_local.logprobs import MAX_SHARED_ROW_TOKENS, padded_values, response_logprobs
@@ -69,40 +70,12 @@ def global_normalizer(local: LossNormalizer, device: torch.device) -> tuple[Loss
     return LossNormalizer(tokens=int(counts[0]), sequences=int(counts[1])), ranks
 
 
-def count_cuts(size: int, micro: int) -> list[range]:
-    """Index ranges of ``micro`` consecutive sequences each (the last may be shorter)."""
-    return [range(lo, min(lo + micro, size)) for lo in range(0, size, micro)]
-
-
-def token_cuts(lengths: Sequence[int], budget: int) -> list[range]:
-    """Consecutive index ranges over sequences of ``lengths`` tokens (prompt + completion), cut
-    greedily in order so that each range's padded size, its sequence count × its longest sequence,
-    stays within ``budget`` tokens; a sequence longer than ``budget`` is alone in its range.
-
-    The padded size bounds what the learner builds: one right-padded row per sequence, or shared
-    prompt rows, which it uses only when they take no more positions (``logprobs.sharing_pays``).
-    """
-    if budget < 1:
-        raise ValueError(f"a token budget must be >= 1, got {budget}")
-    cuts: list[range] = []
-    start = longest = 0
-    for i, length in enumerate(lengths):
-        widest = max(longest, length)
-        if i > start and (i + 1 - start) * widest > budget:
-            cuts.append(range(start, i))
-            start, widest = i, length
-        longest = widest
-    if len(lengths) > start:
-        cuts.append(range(start, len(lengths)))
-    return cuts
-
-
 def micro_batches(
     lengths: Sequence[int], optim: OptimConfig, device: torch.device | None = None
 ) -> list[range]:
     """The micro-batches of a batch of sequences of ``lengths`` tokens, as index ranges: by
-    ``optim.micro_batch_tokens`` (:func:`token_cuts`) when it is set, else ``micro_batch_size``
-    sequences each (:func:`count_cuts`).
+    ``optim.micro_batch_tokens`` (:func:`~codea1.core.cuts.token_cuts`) when it is set, else
+    ``micro_batch_size`` sequences each (:func:`~codea1.core.cuts.count_cuts`).
 
     Under ``torch.distributed`` with sharded parameters every rank must run as many forward and
     backward passes as the others, so the count is the largest over the ranks; a rank with fewer

@@ -1,26 +1,22 @@
 """How the Ray backend cuts work across actors and puts their answers back together (pure): a
 batch's share of each rank is ``batch.slice(*span)`` over :func:`spans`.
 
-Imports: core.losses.
+Imports: core.cuts, core.losses.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from codea1.core.cuts import even_cuts
 from codea1.core.losses import ADDITIVE_STATS
 
 
 def spans(count: int, parts: int) -> list[tuple[int, int]]:
     """``parts`` contiguous ``[lo, hi)`` spans covering ``range(count)``, sizes differing by at most
-    one (the first ones longer); some are empty when ``count < parts``."""
-    base, extra = divmod(count, parts)
-    out, lo = [], 0
-    for i in range(parts):
-        hi = lo + base + (1 if i < extra else 0)
-        out.append((lo, hi))
-        lo = hi
-    return out
+    one, some empty when ``count < parts``: :func:`~codea1.core.cuts.even_cuts`, the rule the
+    trainer cuts its mini-batches by."""
+    return [(cut.start, cut.stop) for cut in even_cuts(count, parts)]
 
 
 def merge_step_stats(per_rank: Sequence[dict[str, float]], weights: Sequence[float]) -> dict[str, float]:
