@@ -102,7 +102,15 @@ class ProblemScore:
             "breakdown": {
                 "codes": codes,
                 "tests": [
-                    {**t.to_dict(), "oracle": oracle[i].status if i < len(oracle) else None}
+                    {
+                        **t.to_dict(),
+                        "oracle": oracle[i].status if i < len(oracle) else None,
+                        **(
+                            {"oracle_reason": oracle[i].reason}
+                            if i < len(oracle) and oracle[i].reason
+                            else {}
+                        ),
+                    }
                     for i, t in enumerate(self.tests)
                 ],
                 "history_columns": list(self.history_columns),

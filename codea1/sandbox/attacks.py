@@ -308,6 +308,41 @@ NAMESPACE_ATTACKS: tuple[Attack, ...] = (
 ``clone3(2)``, while the program loads and inside a test: all refused (EPERM; clone3 ENOSYS, so
 libc falls back to ``clone``), while fork (at load time), plain ``clone`` and threads still work."""
 
+_LOOP_SUM = "def f(x):\n    s = 0\n    for v in x:\n        s += v\n    return s\n"
+_BUILTIN_SUM = "def f(x):\n    return sum(x)\n"
+_PATCH_SUM = "setattr(__import__('builtins'), 'sum', lambda *a, **k: -1)"
+TEST_SIDE_ATTACKS: tuple[Attack, ...] = tuple(
+    _a(name, _BUILTIN_SUM, {"invalid"}, reference=_LOOP_SUM, tests=((call, pred),), oracle={"invalid"})
+    for name, call, pred in (
+        ("test_reads_code", "f([len(f.__code__.co_code)])", "40"),
+        ("test_reads_defaults", "f(list(f.__defaults__ or [1]))", "1"),
+        ("test_inspects_source", "f([len(__import__('inspect').getsource(f))])", "90"),
+        ("test_reads_sys_modules", "f([len(__import__('sys').modules)])", "100"),
+        ("test_rebinds_globals", "f((globals().__setitem__('sum', lambda *a: -1), [1, 2])[1])", "3"),
+        ("test_patches_builtins", f"f(({_PATCH_SUM}, [1, 2])[1])", "3"),
+        (
+            "test_patches_builtins_in_comprehension",
+            "f([0 for __import__('builtins').sum in [len]][1:] + [1, 2])",
+            "3",
+        ),
+        ("test_sets_recursion_limit", "f((__import__('sys').setrecursionlimit(40), [1, 2])[1])", "3"),
+        ("test_builtins_by_name", "f((__builtins__.__dict__.__setitem__('sum', len), [1, 2])[1])", "3"),
+    )
+) + (
+    _a(
+        "test_honest_helper_values",
+        _BUILTIN_SUM,
+        {"pass"},
+        reference=_LOOP_SUM,
+        tests=(("f([i * i for i in range(4)] + list(map(abs, (-1, 2))))", "17"), ("f(sorted([3, 1]))", "4")),
+    ),
+)
+"""Tests that attack the candidate instead of testing it: inputs computed from the function object
+(its code, defaults, source) or from the interpreter, and builtins or globals replaced before the
+call. Each passes on the loop-based reference and fails the correct ``sum``-based candidate unless
+refused: their oracle is ``invalid``. The last one keeps the expressive range (comprehensions,
+pure builtins) and must pass."""
+
 _LOOP = "    while True:\n        pass\n"
 ATTACKS: tuple[Attack, ...] = (
     (
@@ -508,6 +543,7 @@ ATTACKS: tuple[Attack, ...] = (
     + FORGE_ATTACKS
     + HOST_SOCKET_ATTACKS
     + NAMESPACE_ATTACKS
+    + TEST_SIDE_ATTACKS
 )
 
 HARNESS = "def check(candidate):\n    assert candidate(1) == 2\n    assert candidate(1)\n"

@@ -20,6 +20,7 @@ from typing import Any
 from codea1.config import SandboxConfig
 from codea1.sandbox.equality import contains_opaque, values_equal
 from codea1.sandbox.tasks import ExprOutcome, ProgramOutcome, ProgramTask
+from codea1.sandbox.test_guard import refusal
 from codea1.types import ExecGrid, GridJob, OracleVerdict, Verdict
 
 CHUNK = 64
@@ -37,6 +38,9 @@ class TaskPlan:
     tasks: list[ProgramTask] = field(default_factory=list)
     locate: dict[tuple[_Key, str], tuple[int, int]] = field(default_factory=dict)
     first_task: dict[_Key, int] = field(default_factory=dict)
+    refused: dict[tuple[str, str], str] = field(default_factory=dict)
+    """(entry point, call) → why the test does not judge behaviour only (:mod:`codea1.sandbox.test_guard`);
+    such tests are not run."""
 
 
 @dataclass(frozen=True)
@@ -67,16 +71,25 @@ def _add(programs: dict[_Key, list[str]], seen: set[tuple[_Key, str]], key: _Key
 
 
 def plan_oracle(jobs: Sequence[GridJob], cfg: SandboxConfig) -> TaskPlan:
-    """One task (or chunk) per distinct reference, with its distinct calls and predictions."""
+    """One task (or chunk) per distinct reference, with the distinct calls and predictions of its
+    tests; a test whose call does not judge behaviour only is refused, not run."""
     programs: dict[_Key, list[str]] = {}
     seen: set[tuple[_Key, str]] = set()
+    refused: dict[tuple[str, str], str] = {}
     for job in jobs:
         key = (job.reference, job.entry_point)
         programs.setdefault(key, [])
         for test in job.tests:
+            guard_key = (job.entry_point, test.call)
+            if guard_key not in refused:
+                refused[guard_key] = refusal(test.call, job.entry_point)
+            if refused[guard_key]:
+                continue
             _add(programs, seen, key, test.call)
             _add(programs, seen, key, test.predicted)
-    return _plan(programs, cfg)
+    plan = _plan(programs, cfg)
+    plan.refused = {k: v for k, v in refused.items() if v}
+    return plan
 
 
 def _lookup(plan: TaskPlan, outcomes: Sequence[ProgramOutcome], key: _Key, expr: str) -> ExprOutcome | str:
@@ -123,6 +136,11 @@ def oracle_verdicts(
         row_v: list[OracleVerdict] = []
         row_x: list[ExprOutcome | None] = []
         for test in job.tests:
+            why = plan.refused.get((job.entry_point, test.call))
+            if why:
+                row_v.append(OracleVerdict("invalid", why))
+                row_x.append(None)
+                continue
             call = _lookup(plan, outcomes, key, test.call)
             if isinstance(call, str):
                 row_v.append(OracleVerdict("invalid", f"reference did not load ({call})"))

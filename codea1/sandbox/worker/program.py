@@ -31,6 +31,7 @@ import time
 from typing import Any
 
 from codea1.sandbox.worker import isolation
+from codea1.sandbox.worker.test_scope import TestScope
 from codea1.sandbox.worker.value_codec import (
     END_FRAME,
     RESULT_DIGEST,
@@ -180,8 +181,9 @@ def program_main(
         if call_fds is not None:
             _serve(task, ns[task["entry_point"]], out, (context["filters"], restore))
         else:
+            scope = TestScope(ns, task["entry_point"])
             for i, expr in enumerate(task["exprs"]):
-                _run_one(i, expr, task, ns, out, (context["filters"], restore))
+                _run_one(i, expr, task, scope, out, (context["filters"], restore))
     write_all(out, END_FRAME)
     os._exit(0)
 
@@ -207,7 +209,7 @@ def _load(task: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
 
 
 def _run_one(
-    i: int, expr: str, task: dict[str, Any], ns: dict[str, Any], out: int, setup: tuple[Any, Any]
+    i: int, expr: str, task: dict[str, Any], scope: TestScope, out: int, setup: tuple[Any, Any]
 ) -> None:
     r, w = os.pipe()
     start = time.monotonic()
@@ -216,7 +218,7 @@ def _run_one(
         try:
             os.close(r)
             os.close(out)
-            _child_main(expr, task, ns, w, setup)
+            _child_main(expr, task, scope, w, setup)
         finally:
             os._exit(122)
     os.close(w)
@@ -329,12 +331,26 @@ def _serve_calls(fn: Any, max_bytes: int) -> None:
         )
 
 
-def _child_main(expr: str, task: dict[str, Any], ns: dict[str, Any], w: int, setup: tuple[Any, Any]) -> None:
-    """One test: :func:`_enter_test`, then the expression; writes one result frame and exits."""
+def _child_main(expr: str, task: dict[str, Any], scope: TestScope, w: int, setup: tuple[Any, Any]) -> None:
+    """One test: :func:`_enter_test`, then the expression in its own namespace, where the entry point
+    is a guard (:class:`~codea1.sandbox.worker.test_scope.TestScope`); writes one result frame and exits.
+
+    The state is checked once more after the value is encoded: a test that changed it after its
+    last call (the encoder's module, say) reports that, not its value."""
     _enter_test(task, setup)
     me = os.getpid()
-    payload = _result(lambda: eval(compile(expr, "<test>", "eval"), ns), task["max_output_bytes"])
+    try:
+        code = compile(expr, "<test>", "eval")
+    except BaseException as e:  # noqa: BLE001
+        payload = RESULT_RAISE + _utf8(type_name(e))
+    else:
+        ns = scope.namespace(code)
+        change, record = scope.change, scope.record  # bound before any test code runs
+        payload = _result(lambda: eval(code, ns), task["max_output_bytes"])  # noqa: S307 - sandboxed
+        record(change())
     signal.setitimer(signal.ITIMER_PROF, 0)
+    if scope.violation:  # whatever the expression or the entry point made of it, the test changed state
+        payload = RESULT_RAISE + _utf8(scope.violation)
     _reply(w, payload, me)
     os._exit(0)
 
