@@ -190,7 +190,9 @@ def ray_gpus(cfg: RunConfig) -> float:
     """GPUs of a Ray run of two roles: a bundle per learner rank and per replica (``split``), or
     replica ``i`` in learner rank ``i``'s bundle (``colocate``), as ``placement.plan`` lays them out."""
     c = cfg.cluster
-    replicas = max(0, c.rollout_replicas - c.learner_workers) if c.placement == "colocate" else c.rollout_replicas
+    replicas = (
+        max(0, c.rollout_replicas - c.learner_workers) if c.placement == "colocate" else c.rollout_replicas
+    )
     return 2 * (c.learner_workers + replicas) * c.gpus_per_worker
 
 

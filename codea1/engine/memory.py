@@ -13,16 +13,18 @@ fraction is only checked). Free memory is the device's: whatever other processes
 including blocks a training process's caching allocator keeps. vLLM's default fraction is 0.92, so
 a second engine, or an engine beside a learner, cannot start without a fraction of its own.
 
-**The plan of a GPU** (:class:`GpuPlan`): what lives on it (*residents*: learners at their peak, a
-process's CUDA context), then the engines in the order the code starts them, each with a KV cache,
-a ``gpu_memory_utilization`` and a ``max_num_seqs`` (:func:`plan_gpu`):
+**The plan of a GPU** (:class:`GpuPlan`): what lives on it beside the awake engines (*residents*:
+learners, a process's CUDA context), then the engines in the order the code starts them, each with a
+KV cache, a ``gpu_memory_utilization`` and a ``max_num_seqs`` (:func:`plan_gpu`), and, where learners
+and engines share the GPU on CUDA, what it holds while the engines sleep and the learners compute
+(*asleep*):
 
-* KV cache, derived (``engine.vllm_kv_cache_gib`` 0): the GPU's memory less :data:`HEADROOM_GIB`,
-  the residents and every engine's weights and overhead (:func:`engine_overhead_gib`), shared
-  equally by the engines, at most :func:`default_kv_bytes` (the whole sampling batch at full length)
-  and at most :data:`MAX_UTILIZATION` of the GPU per engine. A KV cache holding fewer than one
-  prompt's ``sampling.n`` samples at full length is no plan: ``problem`` says why. Explicit: the
-  size given.
+* KV cache, derived (``engine.vllm_kv_cache_gib`` 0): the GPU's memory less the headroom
+  (:func:`headroom_gib`, :data:`HEADROOM_FRACTION` of the GPU), the residents and every engine's
+  weights and overhead (:func:`engine_overhead_gib`), shared equally by the engines, at most
+  :func:`default_kv_bytes` (the whole sampling batch at full length) and at most
+  :data:`MAX_UTILIZATION` of the GPU per engine. A KV cache holding fewer than one prompt's
+  ``sampling.n`` samples at full length is no plan: ``problem`` says why. Explicit: the size given.
 * ``gpu_memory_utilization``: the engine's weights, overhead and KV cache, less the CUDA context it
   holds before vLLM reads the free memory, over the GPU's memory, rounded up to 0.001; the
   fractions of the engines and the residents so sum to at most 1 and, with a derived KV cache, each
@@ -33,11 +35,30 @@ a ``gpu_memory_utilization`` and a ``max_num_seqs`` (:func:`plan_gpu`):
   prompt's blocks are free and preempts the newest when the cache fills, so sequences longer than
   that cost recomputation, not a failure.
 
-Learners count at their peak from the moment they exist: the plan does not rely on a learner
-giving memory back (gradients freed, the caching allocator emptied) before an engine starts, or
-wakes (``placement: colocate``), beside it.
+**Sharing a GPU** (the local backend's vLLM engines on CUDA, ``placement: colocate`` on Ray): the
+engines are started with ``enable_sleep_mode`` and sleep (``LLM.sleep(level=1)``: weights backed
+up in host memory, KV cache discarded) before a learner computes; a sync wakes their weights, loads
+the new ones and then wakes the KV cache (``vllm_local.sleep``). Asleep, an engine keeps only what
+vLLM allocates outside its CuMem pool, :data:`ENGINE_FIXED_GIB` (its CUDA context, CUDA graphs,
+cuBLAS workspace: ``CuMemAllocator.sleep`` releases the pool and empties torch's cache). The Ray
+ranks colocated with replicas also move their weights and AdamW state to host memory while the
+replicas sample (``HFLearner.offload``; gradients are already freed at the end of every update), so
+beside awake replicas a rank holds only its CUDA context and NCCL buffers
+(:data:`LEARNER_OVERHEAD_GIB`), and the replicas start with that GPU. The local learners stay on
+the GPU: beside awake engines they hold their training state at rest (weights and AdamW moments,
+no gradients), while the engines sleep their peak. The GPU's peak is the larger of the two phases;
+every plan leaves :func:`headroom_gib` free in both. A weight sync wakes only the synced engine's
+weights while the learner's gathered tensors exist, which is less than either phase holds.
 :func:`startup_replay` replays vLLM's rule on a plan, engine by engine in start order, then the
-GPU's peak.
+GPU's peak in both phases against its headroom.
+
+**What is computed and what is an allowance.** Weights, gradients, optimizer state, references,
+FSDP2 buffers, activations, the shared-prompt mask (bounded by the learner's own mask limit),
+log-prob chunks, KV caches and an engine's prefill and sampler buffers come from the model's shapes
+and the code. Three terms are allowances, to be replaced by what ``scripts/gpu_check.sh`` measures
+on a GPU: :data:`LEARNER_OVERHEAD_GIB` (its allocator stage prints the device's use beyond torch's
+reserved memory against it), :data:`ENGINE_FIXED_GIB` with :data:`ENGINE_CONTEXT_GIB`, and
+:data:`PROCESS_CONTEXT_GIB` (the vLLM stages, which need a machine with vLLM).
 
 Imports: config.
 """
@@ -56,15 +77,33 @@ PAPER_TOKENS_PER_GPU = 32768
 """verl's ``ppo_max_token_len_per_gpu`` in the reference configs (docs/algorithm.md, "The paper's
 configuration")."""
 LEARNER_OVERHEAD_GIB = 1.5
-"""CUDA context, NCCL buffers and cuBLAS workspace of a learner process: an allowance, not computed."""
+"""CUDA context, NCCL buffers and cuBLAS workspace of a learner process: an allowance, not computed;
+measured by ``scripts/gpu_check.sh`` (its allocator stage: the device's use outside torch's
+reserved memory after a ``train_step``). What an offloaded rank keeps on its GPU."""
 ENGINE_FIXED_GIB = 1.0
-"""An engine's CUDA context, CUDA graphs and cuBLAS workspace: an allowance, not computed."""
+"""An engine's CUDA context, CUDA graphs and cuBLAS workspace: an allowance, not computed (to be
+measured by ``scripts/gpu_check.sh`` on a machine with vLLM). All of it lies outside vLLM's CuMem
+pool, so it is also what a sleeping engine keeps."""
 ENGINE_CONTEXT_GIB = 0.5
-"""The part of :data:`ENGINE_FIXED_GIB` an engine holds before vLLM reads the free memory."""
+"""The part of :data:`ENGINE_FIXED_GIB` an engine holds before vLLM reads the free memory (an
+allowance, as above)."""
 PROCESS_CONTEXT_GIB = 0.5
-"""The CUDA context of a Ray replica actor's own process, beside its engine's process."""
+"""The CUDA context of a Ray replica actor's own process, beside its engine's process (an allowance,
+as above)."""
+HEADROOM_FRACTION = 0.05
+"""The share of every GPU a plan leaves free in each phase (fragmentation, the allowances)."""
 HEADROOM_GIB = 1.0
-"""Left free on every GPU an engine's KV cache is derived for (fragmentation, estimates)."""
+"""Unused by the plans since the headroom became a fraction (:func:`headroom_gib`); kept for readers
+of the old constant."""
+MAX_MASK_ELEMENTS = 1 << 28
+"""The learner's limit on a shared-prompt mask (rows × width², ``hf_local.logprobs.MAX_MASK_ELEMENTS``;
+a test keeps the two equal): past it the sequences get a row each and no mask."""
+MASK_BYTES_PER_ELEMENT = 1 + 2 + 2
+"""Bytes per mask element at once: the boolean mask (held through the pass: every checkpointed layer
+saves the same tensor), SDPA's conversion of it to the compute dtype in one attention call, and the
+memory-efficient kernel's copy padded to an aligned width; its construction
+(``shared_prompt_mask``: at most two boolean temporaries besides it, and two ``L × L`` ones) happens
+before the decoder runs and holds no more."""
 MAX_UTILIZATION = 0.92
 """The largest fraction one engine is given: vLLM's own default."""
 MAX_NUM_SEQS = 1024
@@ -173,6 +212,17 @@ class ModelShape:
         return norms + attention + mlp
 
 
+def headroom_gib(total_gib: float) -> float:
+    """What a plan leaves free on a GPU of ``total_gib``: :data:`HEADROOM_FRACTION` of it."""
+    return HEADROOM_FRACTION * total_gib
+
+
+def shared_mask_gib(cfg: RunConfig) -> float:
+    """The shared-prompt mask at its limit (:data:`MAX_MASK_ELEMENTS` × :data:`MASK_BYTES_PER_ELEMENT`)
+    when the learner shares prompts (``engine.share_prompts``), else 0."""
+    return MAX_MASK_ELEMENTS * MASK_BYTES_PER_ELEMENT / GIB if cfg.engine.share_prompts else 0.0
+
+
 def dtype_bytes(cfg: RunConfig) -> int:
     """Bytes per weight: ``engine.dtype`` (auto = bf16 on CUDA, fp32 on a CPU without native bf16)."""
     if cfg.engine.dtype == "float32":
@@ -227,6 +277,10 @@ class LearnerMemory:
     overhead: float
     base: float = 0.0
     """``adapters`` mode: the frozen base the adapters sit on."""
+    mask: float = 0.0
+    """The shared-prompt attention mask at the learner's limit (:func:`shared_mask_gib`)."""
+    reference_host: float = 0.0
+    """The reference kept in host memory instead (the Ray ranks on CUDA: FSDP2 ``CPUOffloadPolicy``)."""
 
     @property
     def total(self) -> float:
@@ -237,8 +291,16 @@ class LearnerMemory:
             + self.reference
             + self.fsdp_buffers
             + self.activations
+            + self.mask
             + self.overhead
         )
+
+    @property
+    def at_rest(self) -> float:
+        """What stays between updates with fp32 training state: weights and AdamW's two moments
+        (``train_step`` frees the gradients and empties the CUDA cache at its end), the frozen base
+        and reference, the allowance."""
+        return self.states_fp32 * 3 / 4 + self.base + self.reference + self.overhead
 
     @property
     def total_fp32_states(self) -> float:
@@ -252,14 +314,25 @@ class LearnerMemory:
 
 
 def activation_bytes(
-    model: ModelShape, tokens: int, response_tokens: int, chunk: int, w: int, residual: int = 0
+    model: ModelShape,
+    tokens: int,
+    response_tokens: int,
+    chunk: int,
+    w: int,
+    residual: int = 0,
+    *,
+    checkpointed: bool = True,
 ) -> int:
-    """Activation bytes of one micro-batch of ``tokens`` (padded) tokens with gradient checkpointing;
+    """Activation bytes of one micro-batch of ``tokens`` (padded) tokens with gradient checkpointing
+    (without it, ``checkpointed`` False: every layer's saved tensors, and one layer's gradients);
     ``residual`` is the bytes per element of the residual stream (default ``w``: fp32 when fp32
     master weights run under autocast, whose embedding output and residual additions stay fp32)."""
     r = residual or w
-    checkpoints = model.layers * tokens * model.hidden * r
-    one_layer = 2 * tokens * model.layer_activation_bytes_per_token(w)
+    per_layer = tokens * model.layer_activation_bytes_per_token(w)
+    if checkpointed:
+        checkpoints, one_layer = model.layers * tokens * model.hidden * r, 2 * per_layer
+    else:
+        checkpoints, one_layer = 0, (model.layers + 1) * per_layer
     hidden_out = (tokens + response_tokens) * model.hidden * r
     logits = min(chunk, response_tokens) * model.vocab * LOGIT_BYTES
     return checkpoints + one_layer + hidden_out + logits
@@ -301,13 +374,17 @@ def learner_memory(
       comparison. On Ray every sharded term is divided by the ``cluster.learner_workers`` ranks.
       Gradients count as live: the plan does not rely on their being freed between updates.
     * The frozen reference (``loss.kl_coef`` > 0; not in ``adapters`` mode, which disables the
-      adapters instead), sharded the same way, in the weights' dtype; in ``adapters`` mode the
-      frozen base (``base``: fp32 on Ray, in the weights' dtype locally).
+      adapters instead), sharded the same way, in the weights' dtype: on the local learner's GPU;
+      on Ray in host memory (``reference_host``: the ranks shard it with FSDP2's
+      ``CPUOffloadPolicy`` on CUDA, as the reference's ``ref.fsdp_config.param_offload``, and its
+      layers come in one at a time like the trained model's, within ``fsdp_buffers``). In
+      ``adapters`` mode the frozen base (``base``: fp32 on Ray, in the weights' dtype locally).
     * Compute copies (``fsdp_buffers``). Ray, unsharded and transient: the all-gathered weights of
       the layer being computed and of the one prefetched, one layer's unsharded gradients before
       its reduce-scatter, and the root's embedding and output head with their gradients. Local:
       autocast's bf16 copy of the trained weights, cached through a forward pass.
-    * Activations of one micro-batch with gradient checkpointing. The learner pads every row to
+    * Activations of one micro-batch with gradient checkpointing (``engine.gradient_checkpointing``;
+      without it every layer's saved tensors). The learner pads every row to
       the longest, so the worst case is ``micro_batch_size`` rows of ``max_prompt_tokens +
       max_new_tokens`` (with ``micro_batch_tokens``, that many tokens, or one full-length row
       when longer): every decoder layer's checkpointed input (fp32 in the local learner's
@@ -317,8 +394,11 @@ def learner_memory(
       repeated keys and values, the attention output and the ``o_proj`` input, w·(6h + 3kv); the
       MLP's gate, up, silu(gate) and product, 4·w·i; attention is SDPA/flash, no sequence² term),
       the decoder output and the response positions gathered from it, and one chunk of
-      ``engine.logprob_chunk`` fp32 logits (:data:`LOGIT_BYTES` per logit). Also given at
-      :data:`PAPER_TOKENS_PER_GPU` tokens (``activations_paper_budget``).
+      ``engine.logprob_chunk`` fp32 logits (:data:`LOGIT_BYTES` per logit: the vocabulary-wide
+      logits exist for one chunk of response positions at a time, recomputed in backward). Also
+      given at :data:`PAPER_TOKENS_PER_GPU` tokens (``activations_paper_budget``). Activations are
+      not offloaded (the reference offloads its checkpoints; the plans fit without it).
+    * The shared-prompt mask at its limit (``mask``, :func:`shared_mask_gib`).
     * :data:`LEARNER_OVERHEAD_GIB`, an allowance for the CUDA context, NCCL and cuBLAS.
     """
     w = weight_bytes or dtype_bytes(cfg)
@@ -338,10 +418,15 @@ def learner_memory(
     chunk = cfg.engine.logprob_chunk
     # the local learner's fp32 master weights (separate mode) keep the residual stream in fp32
     residual = 4 if local and not adapters and w < 4 else w
-    worst = activation_bytes(model, tokens, response, chunk, w, residual)
+    checkpointed = cfg.engine.gradient_checkpointing
+    worst = activation_bytes(model, tokens, response, chunk, w, residual, checkpointed=checkpointed)
     budget = PAPER_TOKENS_PER_GPU
-    paper = activation_bytes(model, budget, budget * sampling.max_new_tokens // row, chunk, w, residual)
+    paper_response = budget * sampling.max_new_tokens // row
+    paper = activation_bytes(model, budget, paper_response, chunk, w, residual, checkpointed=checkpointed)
     reference = p * w / ranks if cfg.loss.keeps_reference and not adapters else 0.0
+    # the Ray ranks on CUDA shard the reference with CPUOffloadPolicy (the reference's param_offload):
+    # its shards live in host memory and each layer is copied in for its all-gather (in fsdp_buffers)
+    reference_host, reference = (0.0, reference) if local else (reference, 0.0)
     base = (w if local else 4) * p / ranks if adapters else 0.0
     return LearnerMemory(
         role=role,
@@ -355,6 +440,8 @@ def learner_memory(
         activations_paper_budget=paper / GIB,
         overhead=LEARNER_OVERHEAD_GIB,
         base=base / GIB,
+        mask=shared_mask_gib(cfg),
+        reference_host=reference_host / GIB,
     )
 
 
@@ -457,13 +544,17 @@ class EngineBudget:
 
 @dataclass(frozen=True)
 class GpuPlan:
-    """One GPU: its residents, its engines in start order, and why it has no plan (``problem``)."""
+    """One GPU: its residents beside the awake engines, its engines in start order, what it holds
+    while the engines sleep (``asleep``: the learners computing and each engine's
+    :data:`ENGINE_FIXED_GIB`; empty where the engines never sleep) and why it has no plan
+    (``problem``)."""
 
     what: str
     total_gib: float
     residents: tuple[Resident, ...] = ()
     engines: tuple[EngineBudget, ...] = ()
     problem: str = ""
+    asleep: tuple[Resident, ...] = ()
 
     @property
     def resident_gib(self) -> float:
@@ -471,9 +562,19 @@ class GpuPlan:
         return sum(r.gib for r in self.residents)
 
     @property
-    def used_gib(self) -> float:
-        """The GPU's peak: residents and engines."""
+    def awake_gib(self) -> float:
+        """Residents and awake engines."""
         return self.resident_gib + sum(e.used_gib for e in self.engines)
+
+    @property
+    def asleep_gib(self) -> float:
+        """What the GPU holds while its engines sleep (0 where they never do)."""
+        return sum(r.gib for r in self.asleep)
+
+    @property
+    def used_gib(self) -> float:
+        """The GPU's peak: the larger of the two phases."""
+        return max(self.awake_gib, self.asleep_gib)
 
 
 def utilization(gib: float, total_gib: float) -> float:
@@ -488,10 +589,17 @@ def plan_gpu(
     residents: Sequence[Resident],
     slots: Sequence[EngineSlot],
     weight_bytes: int = 0,
+    *,
+    learners: Sequence[Resident] = (),
 ) -> GpuPlan:
     """The plan of a GPU of ``total_gib`` holding ``residents`` and the engines of ``slots`` (in
-    start order); see the module docstring for the rules."""
+    start order); with ``learners`` (what the GPU holds while its learners compute), the engines
+    sleep then, each keeping :data:`ENGINE_FIXED_GIB`. See the module docstring for the rules."""
     w = weight_bytes or dtype_bytes(cfg)
+    headroom = headroom_gib(total_gib)
+    asleep = (
+        (*learners, *(Resident(f"{s.what}, asleep", ENGINE_FIXED_GIB) for s in slots)) if learners else ()
+    )
     length = max_model_len(cfg)
     caps = [min(max_sequences(cfg, s.roles), MAX_NUM_SEQS) for s in slots]
     fixed = [
@@ -503,7 +611,7 @@ def plan_gpu(
     if cfg.engine.vllm_kv_cache_gib > 0:
         kv = [int(cfg.engine.vllm_kv_cache_gib * GIB) for _ in slots]
     else:
-        share = (total_gib - HEADROOM_GIB - resident - sum(fixed)) / max(len(slots), 1)
+        share = (total_gib - headroom - resident - sum(fixed)) / max(len(slots), 1)
         kv = [
             max(
                 0,
@@ -524,6 +632,12 @@ def plan_gpu(
                     f"of {n} sequences of {length:,} tokens ({resident:.1f} GiB resident, {sum(fixed):.1f} "
                     f"GiB of engine weights and overhead, on a {total_gib:.1f} GiB GPU)"
                 )
+    sleeping = sum(r.gib for r in asleep)
+    if sleeping > total_gib - headroom and not problem:
+        problem = (
+            f"{sleeping:.1f} GiB while the engines sleep and the learners compute, over the "
+            f"{total_gib - headroom:.1f} GiB a {total_gib:.1f} GiB GPU leaves after its headroom"
+        )
     engines = []
     for s, cap, f, size in zip(slots, caps, fixed, kv, strict=True):
         token = s.model.kv_bytes_per_token(w)
@@ -545,36 +659,43 @@ def plan_gpu(
                 utilization=fraction,
             )
         )
-    return GpuPlan(what, total_gib, tuple(residents), tuple(engines), problem)
+    return GpuPlan(what, total_gib, tuple(residents), tuple(engines), problem, tuple(asleep))
 
 
 def local_plan(
     cfg: RunConfig, models: Mapping[str, ModelShape], total_gib: float, *, shared: bool, weight_bytes: int = 0
 ) -> GpuPlan:
     """The one GPU of the local backend: the learners (one when ``shared``: self-play, golden),
-    their references, the largest micro-batch's activations, then the vLLM engines (a coder and a
-    tester engine in ``separate`` mode, else one for both roles). ``models`` maps each role to its
-    model (the tester's may be left out when ``shared``)."""
+    their references, then the vLLM engines (a coder and a tester engine in ``separate`` mode, else
+    one for both roles). The engines sleep while a learner computes (``asleep``: the learners' fp32
+    training state with gradients, the references, the largest micro-batch's activations and
+    shared-prompt mask, the CUDA context); beside the awake engines the learners hold their state
+    at rest (weights and AdamW moments; the residents). ``models`` maps each role to its model
+    (the tester's may be left out when ``shared``)."""
     w = weight_bytes or dtype_bytes(cfg)
     separate = cfg.engine.mode == "separate"
     learners = ["coder"] if shared else ["coder", "tester"]
     mems = {r: learner_memory(cfg, r, models[r], local=True, weight_bytes=w) for r in learners}
-    residents = [Resident(f"{r} learner", mems[r].states_fp32) for r in learners]
+    computing = [Resident(f"{r} learner", mems[r].states_fp32) for r in learners]
+    resting = [Resident(f"{r} learner at rest", mems[r].states_fp32 * 3 / 4) for r in learners]
+    frozen = []
     if not separate:
-        residents.append(Resident("frozen base", mems["coder"].base))
+        frozen.append(Resident("frozen base", mems["coder"].base))
     if separate and cfg.loss.keeps_reference:  # roles starting from one model share one reference
         firsts = {cfg.engine.role_model(r): r for r in reversed(learners)}
-        residents += [Resident(f"{r} reference", mems[r].reference) for r in sorted(firsts.values())]
+        frozen += [Resident(f"{r} reference", mems[r].reference) for r in sorted(firsts.values())]
     trained = [(r, models["coder" if shared else r]) for r in ("coder", "tester")]
     passes = [learner_memory(cfg, r, m, local=True, weight_bytes=w) for r, m in trained]
-    act = max(m.fsdp_buffers + m.activations for m in passes)  # one update at a time
-    residents += [Resident("activations", act), Resident("CUDA context", LEARNER_OVERHEAD_GIB)]
+    act = max(m.fsdp_buffers + m.activations + m.mask for m in passes)  # one update at a time
+    context = Resident("CUDA context", LEARNER_OVERHEAD_GIB)
+    asleep = [*computing, *frozen, Resident("activations", act), context]
+    residents = [*resting, *frozen, context]
     if separate and not shared:
         slots = [EngineSlot(f"{r} engine", models[r], (r,)) for r in ("coder", "tester")]
     else:
         slots = [EngineSlot("engine", models["coder"], ("coder", "tester"))]
     what = f"{len(learners)} learner{'s' * (len(learners) > 1)}, {len(slots)} engine{'s' * (len(slots) > 1)}"
-    return plan_gpu(cfg, what, total_gib, residents, slots, w)
+    return plan_gpu(cfg, what, total_gib, residents, slots, w, learners=asleep)
 
 
 def learner_plan(
@@ -588,24 +709,28 @@ def learner_plan(
 def replica_plan(
     cfg: RunConfig, roles: Sequence[str], model: ModelShape, total_gib: float, weight_bytes: int = 0
 ) -> GpuPlan:
-    """The GPU of one Ray rollout replica sampling ``roles``: with ``placement: colocate`` beside
-    a learner rank of ``roles[0]`` (the group's host) at its peak, with ``cluster.gpus_per_worker``
-    < 1 beside other actors holding the rest of the GPU, and its actor's CUDA context."""
+    """The GPU of one Ray rollout replica sampling ``roles``, with ``cluster.gpus_per_worker`` < 1
+    beside other actors holding the rest of the GPU, and its actor's CUDA context. With
+    ``placement: colocate`` it shares the GPU with a learner rank of ``roles[0]`` (the group's
+    host): the replica sleeps while the rank computes at its peak (``asleep``), and the rank is
+    offloaded to host memory, keeping its CUDA context and NCCL buffers, while the replica samples."""
     host = roles[0]
-    residents = []
+    residents, learners = [], []
     colocated = cfg.cluster.placement == "colocate"
     if colocated:
         peak = learner_memory(cfg, host, model, local=False, weight_bytes=weight_bytes).peak
-        residents.append(Resident(f"{host} learner rank", peak))
+        residents.append(Resident(f"{host} learner rank, offloaded", LEARNER_OVERHEAD_GIB))
+        learners.append(Resident(f"{host} learner rank", peak))
     share = min(1.0, cfg.cluster.gpus_per_worker) if cfg.cluster.gpus_per_worker > 0 else 1.0
     if share < 1:
         residents.append(Resident("other actors", (1 - share) * total_gib))
     residents.append(Resident("replica actor", PROCESS_CONTEXT_GIB))
+    if colocated:
+        learners += residents[1:]
     name = "+".join(roles)
     what = f"{host} learner rank + {name} replica" if colocated else f"{name} replica"
-    return plan_gpu(
-        cfg, what, total_gib, residents, [EngineSlot(f"{name} replica", model, tuple(roles))], weight_bytes
-    )
+    slots = [EngineSlot(f"{name} replica", model, tuple(roles))]
+    return plan_gpu(cfg, what, total_gib, residents, slots, weight_bytes, learners=learners)
 
 
 def ray_plans(
@@ -656,7 +781,8 @@ def startup_replay(plan: GpuPlan) -> Replay:
     the free memory (the GPU less the residents, the engines started before it and its own CUDA
     context) and must find ``ceil(gpu_memory_utilization x total)``; its KV cache must hold one
     ``max_model_len`` sequence (vLLM refuses to start otherwise), and its fraction must cover what it
-    holds. Then the GPU's peak must fit."""
+    holds. Then the GPU's peak, the larger of the awake and the asleep phase, must fit and leave
+    :func:`headroom_gib` free."""
     total, used = plan.total_gib, plan.resident_gib
     starts, violations = [], []
     for e in plan.engines:
@@ -680,6 +806,12 @@ def startup_replay(plan: GpuPlan) -> Replay:
                 f"{e.what}: holds {e.used_gib:.1f} GiB, more than its fraction {e.utilization:.3f}"
             )
         used += e.used_gib
-    if used > total:
-        violations.append(f"the peak, {used:.1f} GiB, exceeds the GPU's {total:.1f} GiB")
-    return Replay(tuple(starts), used, tuple(violations))
+    peak = max(used, plan.asleep_gib)
+    if peak > total:
+        violations.append(f"the peak, {peak:.1f} GiB, exceeds the GPU's {total:.1f} GiB")
+    elif total - peak < headroom_gib(total) - 1e-9:
+        violations.append(
+            f"the peak, {peak:.1f} GiB, leaves {total - peak:.1f} GiB of the GPU's {total:.1f} GiB free, "
+            f"under the {HEADROOM_FRACTION:.0%} headroom ({headroom_gib(total):.1f} GiB)"
+        )
+    return Replay(tuple(starts), peak, tuple(violations))

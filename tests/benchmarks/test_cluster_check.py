@@ -27,13 +27,22 @@ def test_the_check_passes_for_every_shipped_gpu_preset() -> None:
     presets = {row.split(" | ")[0].strip("| ") for row in rows}
     assert presets == {n for n in preset_names() if n.startswith("paper-")}
     assert not [row for row in rows if "| FAIL" in row]
-    shipped = [row for row in rows if "-ray | ray split |" in row]
-    assert len(shipped) == 3 * 2 * 4 and all(row.endswith("| PASS |") for row in shipped)
+    shipped = [row for row in rows if "-ray | ray split |" in row and "paper-7b" not in row]
+    shipped += [row for row in rows if row.startswith("| paper-7b-ray | ray colocate |")]
+    assert len(shipped) == 2 * 2 * 4 + 2 * 2 and all(row.endswith("| PASS |") for row in shipped)
     local_7b = [row for row in rows if row.startswith("| paper-7b | local")]
     assert len(local_7b) == 2 and all(
-        "does not fit" in r and "use paper-7b-ray (16 GPUs)" in r for r in local_7b
+        "does not fit" in r and "use paper-7b-ray (8 GPUs)" in r for r in local_7b
     )
     assert "| paper-1.5b | local, 1 GPU | 141 GB (139 GiB) | 2 learners, 2 engines |" in done.stdout
+    # the reference's node: every -ray preset, both roles' GPUs, PASS with 5 % of the GPU free
+    node = [row for row in rows if "| reference node: 8 × 80 GB, 4 + 4 per role, colocate | 80 GB" in row]
+    assert len(node) == 3 * 2 and all(row.endswith("| PASS |") for row in node)
+    for row in node:
+        peak = float(row.split(" | ")[-2])
+        assert 79.0 - peak >= 0.05 * 79.0, row
+    seven = [row for row in node if row.startswith("| paper-7b-ray")]
+    assert all("| 0.778, 44.0 (67), 256 |" in row for row in seven)  # the preset's KV cache, 256 sequences
 
 
 def test_a_kv_cache_that_overflows_fails_the_check(capsys: pytest.CaptureFixture[str]) -> None:
@@ -55,10 +64,10 @@ def test_a_kv_cache_that_overflows_fails_the_check(capsys: pytest.CaptureFixture
 def test_a_shipped_layout_with_no_plan_fails_and_another_layout_only_does_not_fit(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    argv = ["--check", "--preset", "paper-7b-ray", "--gpu-gib", "79", "--set", "engine.vllm_kv_cache_gib=0"]
-    assert cm.main(argv) == 0  # split derives a KV cache; colocate does not fit, which is no failure
+    argv = ["--check", "--preset", "paper-3b-ray", "--gpu-gib", "50", "--set", "engine.vllm_kv_cache_gib=0"]
+    assert cm.main(argv) == 0  # split fits; colocate's learner phase does not, which is no failure
     out = capsys.readouterr().out
-    assert "does not fit: coder replica" in out and "use placement split" in out
+    assert "does not fit: 48.5 GiB while the engines sleep" in out and "use placement split" in out
     too_small = [
         "--check",
         "--preset",

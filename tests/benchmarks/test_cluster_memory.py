@@ -48,9 +48,10 @@ def test_learner_rank_of_paper_1_5b_ray_by_hand() -> None:
     assert m.ranks == ranks and m.tokens == 32768  # the preset's optim.micro_batch_tokens
     assert m.states_bf16 == pytest.approx(8 * p / ranks / gib)  # bf16 weights, grads, AdamW m and v
     assert m.states_fp32 == pytest.approx(16 * p / ranks / gib)
-    assert m.reference == pytest.approx(2 * p / ranks / gib)
+    assert m.reference == 0 and m.reference_host == pytest.approx(2 * p / ranks / gib)  # CPUOffloadPolicy
+    assert m.mask == pytest.approx((1 << 28) * 5 / gib)  # the shared-prompt mask at its limit
     assert m.total == pytest.approx(
-        m.states_bf16 + m.reference + m.fsdp_buffers + m.activations + cm.LEARNER_OVERHEAD_GIB
+        m.states_bf16 + m.fsdp_buffers + m.activations + m.mask + cm.LEARNER_OVERHEAD_GIB
     )
     assert m.total_fp32_states - m.total == pytest.approx(8 * p / ranks / gib)
 

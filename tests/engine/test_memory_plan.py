@@ -50,13 +50,13 @@ def test_two_engines_beside_the_learners_share_one_gpu_within_its_memory() -> No
     first, second = replay.starts
     assert second.free_gib < first.free_gib  # the second engine sees the first one's memory gone
     assert all(s.free_gib >= s.requested_gib for s in replay.starts)
-    assert replay.peak_gib <= H200 - mem.HEADROOM_GIB + 0.01
+    assert replay.peak_gib <= H200 - mem.headroom_gib(H200) + 0.01
 
 
 def test_the_local_learners_count_fp32_state_references_once_and_one_update_at_a_time() -> None:
     cfg = load_config("paper-1.5b", ["engine.rollout=vllm"])
     plan = mem.local_plan(cfg, both(QWEN_1_5B), H200, shared=False)
-    held = {r.what: r.gib for r in plan.residents}
+    held = {r.what: r.gib for r in plan.asleep}  # while the engines sleep and a learner computes
     p = QWEN_1_5B.params
     assert held["coder learner"] == pytest.approx(16 * p / mem.GIB)  # fp32 weights, grads, AdamW m and v
     assert "tester reference" not in held  # both roles start from one model: one shared reference
@@ -64,9 +64,15 @@ def test_the_local_learners_count_fp32_state_references_once_and_one_update_at_a
     worst = max(
         mem.learner_memory(cfg, role, QWEN_1_5B, local=True).activations for role in ("coder", "tester")
     )
+    mask = (1 << 28) * 5 / mem.GIB  # the shared-prompt mask at the learner's limit, 5 bytes an element
+    assert mem.shared_mask_gib(cfg) == pytest.approx(mask)
     assert held["activations"] == pytest.approx(
-        worst + 2 * p / mem.GIB
-    )  # one update at a time + autocast's copy
+        worst + 2 * p / mem.GIB + mask
+    )  # one update at a time + autocast's copy + the mask
+    assert held["coder engine, asleep"] == held["tester engine, asleep"] == mem.ENGINE_FIXED_GIB
+    awake = {r.what: r.gib for r in plan.residents}  # beside the awake engines: no gradients
+    assert awake["coder learner at rest"] == pytest.approx(12 * p / mem.GIB) and "activations" not in awake
+    assert plan.used_gib == max(plan.awake_gib, plan.asleep_gib)
     different = dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, tester_model="other/model"))
     two = {r.what for r in mem.local_plan(different, both(QWEN_1_5B), H200, shared=False).residents}
     assert {"coder reference", "tester reference"} <= two
@@ -76,7 +82,7 @@ def test_self_play_plans_one_learner_and_one_engine() -> None:
     cfg = load_config("paper-1.5b", ["engine.rollout=vllm"])
     plan = mem.local_plan(cfg, {"coder": QWEN_1_5B}, H200, shared=True)
     assert [e.what for e in plan.engines] == ["engine"] and not plan.problem
-    assert [r.what for r in plan.residents if "learner" in r.what] == ["coder learner"]
+    assert [r.what for r in plan.asleep if "learner" in r.what] == ["coder learner"]
     assert mem.startup_replay(plan).violations == ()
 
 
@@ -102,18 +108,55 @@ def test_a_split_replica_with_the_presets_kv_cache_gets_a_consistent_fraction() 
     assert derived.engines[0].utilization <= mem.MAX_UTILIZATION and derived.engines[0].kv_gib > 56
 
 
-def test_a_colocated_replica_leaves_the_learner_rank_its_peak() -> None:
+def test_a_colocated_replica_sleeps_while_the_rank_computes_and_the_rank_is_offloaded_beside_it() -> None:
     cfg = load_config("paper-1.5b-ray", ["cluster.placement=colocate", "engine.vllm_kv_cache_gib=0"])
     plan = mem.replica_plan(cfg, ["tester"], QWEN_1_5B, H100)
     rank = mem.learner_memory(cfg, "tester", QWEN_1_5B).total_fp32_states
-    assert plan.residents[0] == mem.Resident("tester learner rank", rank)
-    assert not plan.problem and rank + plan.engines[0].used_gib <= H100 - mem.HEADROOM_GIB
+    assert plan.residents[0] == mem.Resident("tester learner rank, offloaded", mem.LEARNER_OVERHEAD_GIB)
+    assert plan.asleep[0] == mem.Resident("tester learner rank", rank)
+    assert plan.asleep_gib == pytest.approx(rank + mem.PROCESS_CONTEXT_GIB + mem.ENGINE_FIXED_GIB)
+    assert not plan.problem and plan.awake_gib <= H100 - mem.headroom_gib(H100) + 1e-9
     assert mem.startup_replay(plan).violations == ()
+    seven = mem.replica_plan(load_config("paper-7b-ray"), ["coder"], QWEN_7B, H100)  # shipped: colocate
+    assert not seven.problem and mem.startup_replay(seven).violations == ()
+    assert seven.engines[0].max_num_seqs == 256  # the preset's 44 GiB hold the sampling batch's sequences
+    assert H100 - seven.used_gib >= 0.05 * H100
     squeezed = mem.replica_plan(
-        load_config("paper-7b-ray", ["cluster.placement=colocate", "engine.vllm_kv_cache_gib=0"]),
+        load_config("paper-7b-ray", ["cluster.learner_workers=1", "engine.vllm_kv_cache_gib=0"]),
         ["coder"], QWEN_7B, H100,
     )  # fmt: skip
-    assert squeezed.problem
+    assert "while the engines sleep and the learners compute" in squeezed.problem
+
+
+def test_the_headroom_is_a_share_of_the_gpu() -> None:
+    cfg = load_config("paper-1.5b-ray")
+    plan = mem.replica_plan(cfg, ["coder"], QWEN_1_5B, H100)
+    tight = dataclasses.replace(plan, total_gib=plan.used_gib + 0.02 * H100)
+    (violation,) = mem.startup_replay(tight).violations[-1:]
+    assert "under the 5% headroom" in violation
+    derived = mem.replica_plan(
+        load_config("paper-1.5b-ray", ["engine.vllm_kv_cache_gib=0"]), ["coder"], QWEN_1_5B, H200
+    )
+    assert H200 - derived.used_gib >= mem.headroom_gib(H200) - 1e-6 and mem.headroom_gib(H200) == 0.05 * H200
+
+
+def test_the_plans_mask_limit_is_the_learners() -> None:
+    from codea1.engine.hf_local import logprobs
+
+    assert mem.MAX_MASK_ELEMENTS == logprobs.MAX_MASK_ELEMENTS
+    off = load_config("paper-1.5b-ray", ["engine.share_prompts=false"])
+    assert mem.learner_memory(off, "coder", QWEN_1_5B).mask == 0.0
+
+
+def test_without_checkpointing_every_layer_keeps_its_activations() -> None:
+    on = load_config("paper-1.5b-ray")
+    off = load_config("paper-1.5b-ray", ["engine.gradient_checkpointing=false"])
+    kept, all_layers = (mem.learner_memory(c, "coder", QWEN_1_5B).activations for c in (on, off))
+    tokens = 32768
+    per_layer = tokens * QWEN_1_5B.layer_activation_bytes_per_token(2) / mem.GIB
+    assert all_layers - kept == pytest.approx(
+        (QWEN_1_5B.layers - 1) * per_layer - QWEN_1_5B.layers * tokens * QWEN_1_5B.hidden * 2 / mem.GIB
+    )
 
 
 def test_split_and_colocate_plan_every_kind_of_gpu() -> None:

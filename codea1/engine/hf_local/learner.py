@@ -10,6 +10,11 @@ once however it is cut into micro-batches and ranks. The learning rate warms up 
 ``total_steps``. Gradients are freed at the end of a step (and the CUDA cache emptied), so that an
 engine sharing the device gets the memory back between updates.
 
+Sharing a GPU with vLLM engines: ``before_work`` hooks run before the learner computes (the local
+backend puts its engines to sleep there), and :meth:`HFLearner.offload` / :meth:`HFLearner.onload`
+move the trained weights and AdamW state to host memory and back (the Ray ranks colocated with
+replicas, while the replicas sample); the learner onloads itself before it computes.
+
 Precision: bf16 weights on CUDA are trained with fp32 master weights (and fp32 AdamW state) and
 bf16 compute under ``torch.autocast`` (:func:`master_weights_compute_dtype`), as the Ray learners do
 with FSDP2 mixed precision; pure bf16 would round most updates at lr 1e-6 away. Elsewhere the
@@ -22,7 +27,7 @@ import contextlib
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +38,7 @@ from codea1.config import EngineConfig, LossConfig, OptimConfig
 from codea1.core.cuts import count_cuts, token_cuts
 from codea1.core.losses import ADDITIVE_STATS, LossNormalizer, Weighting, stats_weighting
 from codea1.engine.base import LossFn, TrainBatch
-from codea1.engine.hf_local.logprobs import MAX_SHARED_ROW_TOKENS, padded_values, response_logprobs
+from codea1.engine.hf_local.logprobs import MAX_SHARED_ROW_TOKENS, padded_values, response_logprobs, scorer_of
 from codea1.engine.hf_local.sharded_state import (
     DCP_DIR,
     SCHEDULER_FILE,
@@ -175,6 +180,42 @@ class HFLearner:
             self.optimizer, lambda s: lr_factor(s, optim.warmup_steps, total_steps, optim.min_lr_ratio)
         )
         self.last_stats: dict[str, float] = {}
+        self.before_work: list[Callable[[], None]] = []
+        """Called before the learner computes (the local backend: put the engines on its GPU to sleep)."""
+        self.home: torch.device | None = None
+        """Where the trained weights live while :meth:`offload` has them in host memory (else None)."""
+
+    def _work(self) -> None:
+        """Before computing: the ``before_work`` hooks, then the weights back from host memory."""
+        for hook in self.before_work:
+            hook()
+        self.onload()
+
+    def training_module(self) -> Any:
+        """The module holding every trained parameter and the frozen ones beside them (the FSDP2
+        root when sharded: moving it moves and re-registers every shard)."""
+        return scorer_of(self.weights.train_model())
+
+    def offload(self) -> None:
+        """Move the trained model (with a frozen base in ``adapters`` mode) and AdamW's state to host
+        memory and give the CUDA cache back; gradients are already freed (``train_step``). On a CPU,
+        or when offloaded already, nothing happens. A reference sharded with FSDP2's
+        ``CPUOffloadPolicy`` lives in host memory anyway."""
+        device = next(iter(self.params.values())).device
+        if self.home is not None or device.type != "cuda":
+            return
+        self.training_module().to("cpu")
+        move_optimizer_state(self.optimizer, torch.device("cpu"))
+        self.home = device
+        torch.cuda.empty_cache()
+
+    def onload(self) -> None:
+        """Bring back what :meth:`offload` moved (nothing when it did not)."""
+        if self.home is None:
+            return
+        self.training_module().to(self.home)
+        move_optimizer_state(self.optimizer, self.home)
+        self.home = None
 
     @classmethod
     def from_config(
@@ -206,6 +247,7 @@ class HFLearner:
 
     def logprobs(self, batch: TrainBatch, reference: bool = False) -> list[tuple[float, ...]]:
         """Per-token log-probs of each completion (reference model when ``reference``), no grad."""
+        self._work()
         out: list[tuple[float, ...]] = []
         with torch.no_grad():
             device = next(self.weights.train_model().parameters()).device
@@ -259,6 +301,7 @@ class HFLearner:
         (``torch.optim.Optimizer.register_step_pre_hook``), which sees them clipped.
         """
         start = time.perf_counter()
+        self._work()
         model = self.weights.train_model()
         device = next(model.parameters()).device
         local = LossNormalizer.of_lengths(len(c) for c in batch.completion_ids)
@@ -330,11 +373,13 @@ class HFLearner:
         """The trainable tensors by name, detached, not copied (full weights or the adapter's LoRA).
         Sharded parameters are gathered whole on rank 0 (every rank must call this; the others get
         ``{}``)."""
+        self.onload()
         return full_tensors(self.params)
 
     def save(self, path: Path) -> None:
         """Write trainable weights (safetensors) and optimizer + scheduler state under ``path``
         (sharded parameters: every rank calls this, see ``sharded_state.py``)."""
+        self.onload()
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         sharded = any(is_sharded(p) for p in self.params.values())
@@ -354,6 +399,7 @@ class HFLearner:
     def load(self, path: Path) -> None:
         """Restore what :meth:`save` wrote; names and shapes must match this learner's parameters.
         The caller pushes the restored weights to the policy."""
+        self.onload()
         path = Path(path)
         tensors = load_file(str(path / WEIGHTS_FILE))
         missing = sorted(set(self.params) - set(tensors))
@@ -371,6 +417,18 @@ class HFLearner:
             return
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+
+
+def move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device) -> int:
+    """Move every per-parameter state tensor of ``optimizer`` to ``device`` except AdamW's ``step``
+    counter (a CPU scalar unless the optimizer is capturable or fused); returns how many moved."""
+    moved = 0
+    for state in optimizer.state.values():
+        for key, value in state.items():
+            if key != "step" and isinstance(value, torch.Tensor) and value.device != device:
+                state[key] = value.to(device)
+                moved += 1
+    return moved
 
 
 def _lengths(batch: TrainBatch) -> list[int]:
