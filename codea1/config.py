@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import re
 import types
 import typing
@@ -20,7 +21,7 @@ from typing import Any, Literal
 
 import yaml
 
-from codea1.limits import size_errors
+from codea1.limits import EVAL_SIZE_BOUNDS, SIZE_BOUNDS, completions_error, size_errors
 
 
 class ConfigError(ValueError):
@@ -534,7 +535,17 @@ def check_invariants(cfg: RunConfig) -> None:
         errors.append("eval: n, tests, max_new_tokens and chunk must be >= 1, every and limit >= 0")
     if e.data and (e.temperature <= 0 or not 0 < e.top_p <= 1):
         errors.append(f"eval: temperature must be > 0 and top_p in (0, 1], got {e.temperature}, {e.top_p}")
-    errors += size_errors(cfg)
+    if cfg.tester.tests_per_suite < 1:
+        errors.append(f"tester.tests_per_suite must be >= 1, got {cfg.tester.tests_per_suite}")
+    if cfg.eval.every < 0:
+        errors.append(f"eval.every must be >= 0 (0 = only at step 0 and the last step), got {cfg.eval.every}")
+    bounds = [*SIZE_BOUNDS, *(EVAL_SIZE_BOUNDS if cfg.eval.data else ())]
+    too_large = size_errors({key: functools.reduce(getattr, key.split("."), cfg) for key in bounds})
+    errors += too_large
+    tester_n = cfg.tester.sampling.n if cfg.train.trains_tester else None
+    many = completions_error(cfg.data.problems_per_step, cfg.coder.sampling.n, tester_n)
+    if many and not too_large:
+        errors.append(many)
     if errors:
         raise ConfigError("invalid configuration: " + "; ".join(errors))
 

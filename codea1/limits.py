@@ -6,15 +6,16 @@ is checked, before anything is started or created. Each bound is far above what 
 (docs/algorithm.md: groups of 8, 4,096 new tokens, 8 tests a suite, 256 problems a step). The
 worker bound is the machine's: a sandbox worker is a process tree with its own cgroups, and more
 than a few per core only thrash.
+
+This module holds the bounds (by the configuration's dotted keys) and the messages; the
+configuration reads its own values for them (``config.check_invariants``), so nothing here
+imports the configuration.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from codea1.config import RunConfig
+from collections.abc import Mapping
 
 MAX_GROUP_SIZE = 256
 """Completions per prompt (``sampling.n``, ``eval --m``): the GRPO group size (8 in the paper)."""
@@ -68,55 +69,53 @@ def above(key: str, value: int, maximum: int, what: str = "") -> str | None:
     return f"{key}={value} exceeds the maximum {maximum}" + (f" ({what})" if what else "")
 
 
-def size_errors(cfg: RunConfig) -> list[str]:
-    """Why the sizes of ``cfg`` are past the bounds above (empty when every one is within)."""
-    checks: list[tuple[str, int, int, str]] = []
-    for role in ("coder", "tester"):
-        s, o = getattr(cfg, role).sampling, getattr(cfg, role).optim
-        checks += [
-            (f"{role}.sampling.n", s.n, MAX_GROUP_SIZE, "completions per prompt; 8 in the paper"),
-            (f"{role}.sampling.batch_size", s.batch_size, MAX_BATCH, "sequences generated together"),
-            (f"{role}.sampling.max_new_tokens", s.max_new_tokens, MAX_TOKENS, "tokens per completion"),
-            (f"{role}.sampling.max_prompt_tokens", s.max_prompt_tokens, MAX_TOKENS, "tokens per prompt"),
-            (f"{role}.optim.micro_batch_size", o.micro_batch_size, MAX_BATCH, "sequences per pass"),
-            (
-                f"{role}.optim.micro_batch_tokens",
-                o.micro_batch_tokens,
-                MAX_MICRO_BATCH_TOKENS,
-                "tokens per pass",
-            ),
-            (f"{role}.optim.mini_batches", o.mini_batches, MAX_OPTIMIZER_STEPS, "optimizer steps per step"),
-            (f"{role}.optim.ppo_epochs", o.ppo_epochs, MAX_OPTIMIZER_STEPS, "passes per step"),
-        ]
-    checks += [
-        ("tester.tests_per_suite", cfg.tester.tests_per_suite, MAX_TESTS_PER_SUITE, "asserts per suite"),
-        ("mistake_book.top_k", cfg.mistake_book.top_k, MAX_TESTS_CONSIDERED, "tests replayed per problem"),
-        ("data.problems_per_step", cfg.data.problems_per_step, MAX_PROBLEMS_PER_STEP, "256 in the paper"),
-        ("sandbox.workers", cfg.sandbox.workers, MAX_WORKERS, "processes; 0 = one per core"),
-        ("train.steps", cfg.train.steps, MAX_TRAIN_STEPS, "111 in the paper"),
-        ("eval.every", cfg.eval.every, MAX_TRAIN_STEPS, "steps between evaluations"),
-    ]
-    if cfg.eval.data:
-        e = cfg.eval
-        checks += [
-            ("eval.n", e.n, MAX_EVAL_SAMPLES, "code samples per problem"),
-            ("eval.tests", e.tests, MAX_TESTS_CONSIDERED, "tests per suite"),
-            ("eval.max_new_tokens", e.max_new_tokens, MAX_TOKENS, "tokens per completion"),
-            ("eval.chunk", e.chunk, MAX_CHUNK, "problems per round"),
-            ("eval.max_mutants", e.max_mutants, MAX_MUTANTS, "mutants per problem"),
-        ]
-    errors = [m for key, value, maximum, what in checks if (m := above(key, value, maximum, what))]
-    if cfg.tester.tests_per_suite < 1:
-        errors.append(f"tester.tests_per_suite must be >= 1, got {cfg.tester.tests_per_suite}")
-    if cfg.eval.every < 0:
-        errors.append(f"eval.every must be >= 0 (0 = only at step 0 and the last step), got {cfg.eval.every}")
-    if not errors:
-        b, nc, nt = cfg.data.problems_per_step, cfg.coder.sampling.n, cfg.tester.sampling.n
-        total = b * nc * (1 + nt if cfg.train.trains_tester else 1)
-        if total > MAX_COMPLETIONS_PER_STEP:
-            errors.append(
-                f"a step would sample {total:,} completions (data.problems_per_step={b} x coder.sampling.n="
-                f"{nc}" + (f" x (1 + tester.sampling.n={nt})" if cfg.train.trains_tester else "")
-                + f"), more than the maximum {MAX_COMPLETIONS_PER_STEP:,}"
-            )  # fmt: skip
-    return errors
+ROLE_SIZE_BOUNDS: dict[str, tuple[int, str]] = {
+    "sampling.n": (MAX_GROUP_SIZE, "completions per prompt; 8 in the paper"),
+    "sampling.batch_size": (MAX_BATCH, "sequences generated together"),
+    "sampling.max_new_tokens": (MAX_TOKENS, "tokens per completion"),
+    "sampling.max_prompt_tokens": (MAX_TOKENS, "tokens per prompt"),
+    "optim.micro_batch_size": (MAX_BATCH, "sequences per pass"),
+    "optim.micro_batch_tokens": (MAX_MICRO_BATCH_TOKENS, "tokens per pass"),
+    "optim.mini_batches": (MAX_OPTIMIZER_STEPS, "optimizer steps per step"),
+    "optim.ppo_epochs": (MAX_OPTIMIZER_STEPS, "passes per step"),
+}
+"""The bound and its meaning of each size of a role's section (``coder.*``, ``tester.*``)."""
+SIZE_BOUNDS: dict[str, tuple[int, str]] = {
+    **{f"{role}.{key}": bound for role in ("coder", "tester") for key, bound in ROLE_SIZE_BOUNDS.items()},
+    "tester.tests_per_suite": (MAX_TESTS_PER_SUITE, "asserts per suite"),
+    "mistake_book.top_k": (MAX_TESTS_CONSIDERED, "tests replayed per problem"),
+    "data.problems_per_step": (MAX_PROBLEMS_PER_STEP, "256 in the paper"),
+    "sandbox.workers": (MAX_WORKERS, "processes; 0 = one per core"),
+    "train.steps": (MAX_TRAIN_STEPS, "111 in the paper"),
+    "eval.every": (MAX_TRAIN_STEPS, "steps between evaluations"),
+}
+"""The configuration's sizes by dotted key (``coder.sampling.n``): their bound and its meaning."""
+EVAL_SIZE_BOUNDS: dict[str, tuple[int, str]] = {
+    "eval.n": (MAX_EVAL_SAMPLES, "code samples per problem"),
+    "eval.tests": (MAX_TESTS_CONSIDERED, "tests per suite"),
+    "eval.max_new_tokens": (MAX_TOKENS, "tokens per completion"),
+    "eval.chunk": (MAX_CHUNK, "problems per round"),
+    "eval.max_mutants": (MAX_MUTANTS, "mutants per problem"),
+}
+"""The sizes of the evaluation inside the run, bounded when it is on (``eval.data`` set)."""
+
+
+def size_errors(sizes: Mapping[str, int]) -> list[str]:
+    """Why ``sizes`` (dotted keys of :data:`SIZE_BOUNDS` or :data:`EVAL_SIZE_BOUNDS` to the values a
+    configuration holds) are past their bounds, in order (empty when every one is within)."""
+    bounds = SIZE_BOUNDS | EVAL_SIZE_BOUNDS
+    return [m for key, value in sizes.items() if (m := above(key, value, *bounds[key]))]
+
+
+def completions_error(problems: int, coder_n: int, tester_n: int | None) -> str | None:
+    """The message when a step would sample more than :data:`MAX_COMPLETIONS_PER_STEP` completions:
+    ``problems`` x ``coder_n`` x (1 + ``tester_n``), or without a Test LLM (``tester_n`` None)
+    ``problems`` x ``coder_n`` (None when within)."""
+    total = problems * coder_n * (1 if tester_n is None else 1 + tester_n)
+    if total <= MAX_COMPLETIONS_PER_STEP:
+        return None
+    return (
+        f"a step would sample {total:,} completions (data.problems_per_step={problems} x coder.sampling.n="
+        f"{coder_n}" + ("" if tester_n is None else f" x (1 + tester.sampling.n={tester_n})")
+        + f"), more than the maximum {MAX_COMPLETIONS_PER_STEP:,}"
+    )  # fmt: skip
