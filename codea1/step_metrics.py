@@ -58,10 +58,32 @@ def sync_metrics(role: str, policy: Policy) -> dict[str, float]:
 def memory_metrics() -> dict[str, float]:
     """``memory/peak_rss_gib``: the largest resident set this process has had so far, in GiB (the
     trainer with its in-process learners and CPU vLLM engine; not the sandbox workers or Ray actors,
-    which are processes of their own). Linux reports ``ru_maxrss`` in KiB."""
+    which are processes of their own). Linux reports ``ru_maxrss`` in KiB. On CUDA also
+    :func:`gpu_memory_metrics`."""
     import resource
 
-    return {"memory/peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
+    return {"memory/peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20} | (
+        gpu_memory_metrics()
+    )
+
+
+def gpu_memory_metrics() -> dict[str, float]:
+    """``memory/peak_gpu_gib`` and ``memory/peak_gpu_reserved_gib``: the most this process's CUDA
+    caching allocator had allocated (tensors) and reserved (tensors and cached blocks) since the
+    previous call, in GiB, the largest over its devices; the peaks are reset after reading, so each
+    step's call gives that step's peak. Nothing when this process has not initialised CUDA (a CPU
+    run, the Ray backend's driver), and torch is not imported for it."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return {}
+    allocated = reserved = 0
+    for index in range(torch.cuda.device_count()):
+        allocated = max(allocated, torch.cuda.max_memory_allocated(index))
+        reserved = max(reserved, torch.cuda.max_memory_reserved(index))
+        torch.cuda.reset_peak_memory_stats(index)
+    return {"memory/peak_gpu_gib": allocated / 2**30, "memory/peak_gpu_reserved_gib": reserved / 2**30}
 
 
 def step_metrics(

@@ -5,6 +5,8 @@ documented in docs/metrics.md."""
 from __future__ import annotations
 
 import re
+import sys
+import types
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -19,6 +21,8 @@ from codea1.scoring import ScoringItem, score_batch, score_golden
 from codea1.step_metrics import (
     TrainedRole,
     completion_metrics,
+    gpu_memory_metrics,
+    memory_metrics,
     sampling_metrics,
     step_metrics,
     trained_metrics,
@@ -133,7 +137,7 @@ def test_every_key_written_is_documented() -> None:
     policy = ScriptedPolicy(["x"])
     policy.last_stats = {"tokens_per_s": 1.0}
     keys = set(a1_step(book_size=3)) | set(golden_step()) | set(sampling_metrics("coder", policy, [[]]))
-    keys |= {"tester/invalid/syntax"}
+    keys |= {"tester/invalid/syntax"} | set(memory_metrics()) | set(FakeCuda.keys())
     patterns = documented_keys()
     assert [k for k in sorted(keys) if not any(p.match(k) for p in patterns)] == []
 
@@ -142,3 +146,48 @@ def test_every_key_written_is_documented() -> None:
 def test_trains_tester_is_false_only_for_golden(method: str, trains: bool) -> None:
     extra = ["tester.view=blackbox"] if method == "selfplay" else []
     assert load_config("tiny-cpu", [f"train.method={method}", *extra]).train.trains_tester is trains
+
+
+class FakeCuda:
+    """``torch.cuda`` of a process with two initialised devices whose allocator peaks are set."""
+
+    GIB = 2**30
+
+    def __init__(self) -> None:
+        self.allocated = [2 * self.GIB, 3 * self.GIB]
+        self.reserved = [4 * self.GIB, 1 * self.GIB]
+
+    @staticmethod
+    def keys() -> dict[str, float]:
+        return {"memory/peak_gpu_gib": 0.0, "memory/peak_gpu_reserved_gib": 0.0}
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def device_count(self) -> int:
+        return 2
+
+    def max_memory_allocated(self, index: int) -> int:
+        return self.allocated[index]
+
+    def max_memory_reserved(self, index: int) -> int:
+        return self.reserved[index]
+
+    def reset_peak_memory_stats(self, index: int) -> None:
+        self.allocated[index] = self.reserved[index] = 0
+
+
+def test_gpu_memory_is_each_steps_peak_over_the_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    cuda = FakeCuda()
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    first = memory_metrics()
+    assert first["memory/peak_gpu_gib"] == 3.0 and first["memory/peak_gpu_reserved_gib"] == 4.0
+    assert first["memory/peak_rss_gib"] > 0
+    cuda.allocated[0] = FakeCuda.GIB // 2  # the next step's peak, after the reset
+    assert gpu_memory_metrics() == {"memory/peak_gpu_gib": 0.5, "memory/peak_gpu_reserved_gib": 0.0}
+
+
+def test_no_gpu_memory_keys_without_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    no_cuda = types.SimpleNamespace(is_initialized=lambda: False)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=no_cuda))
+    assert gpu_memory_metrics() == {} and set(memory_metrics()) == {"memory/peak_rss_gib"}
