@@ -22,7 +22,9 @@ from codea1.cli.interrupts import ignore_interrupts
 from codea1.config import ConfigError
 from codea1.data.problems import DataError, DataWarning
 
-SUBCOMMANDS = ("data", "sandbox", "score", "mistakes", "train", "eval", "export", "report", "doctor")
+SUBCOMMANDS = (
+    "data", "sandbox", "score", "mistakes", "train", "eval", "compare", "export", "report", "doctor",
+)  # fmt: skip
 """Verbs, in the order ``--help`` lists them; each is the module ``codea1.cli.<verb>``."""
 
 

@@ -47,6 +47,9 @@ class FigureSpec:
     """How to read the figure (one or two sentences, shown under it in the HTML page)."""
     kind: FigureKind = "lines"
     total_key: str = ""
+    per_key_for_runs: bool = False
+    """With several runs, one figure per key (``<name>_<key>.png``, the runs overlaid, each with its
+    band) instead of one panel per key: the comparison of runs, metric by metric."""
 
 
 PHASE_ORDER = tuple(
@@ -210,8 +213,9 @@ FIGURES: tuple[FigureSpec, ...] = (
         title="Evaluation during training",
         panels=(PanelSpec("score", ("eval/*",)),),
         about="Held-out evaluation results by step (from eval/ keys of metrics.jsonl or eval/*.json files "
-        "that carry a step).",
+        "that carry a step). With several runs, each metric has a figure of its own.",
         kind="grid",
+        per_key_for_runs=True,
     ),
 )
 """The figures of the report, in page order."""
@@ -279,6 +283,11 @@ def plan_figures(
         total = spec.total_key if spec.total_key in all_keys and spec.total_key not in claimed else ""
         if total:
             claimed.add(total)
+        if spec.per_key_for_runs and len(run_keys) > 1:
+            planned += [
+                _planned(_one_key(spec, key), ((key,),), run_keys) for keys in panel_keys for key in keys
+            ]
+            continue
         planned.append(_planned(spec, tuple(panel_keys), run_keys, total))
     for namespace, keys in _leftovers(all_keys, claimed).items():
         spec = FigureSpec(
@@ -298,6 +307,17 @@ def _planned(
     keys = {k for panel in panel_keys for k in panel} | ({total} - {""})
     without = tuple(name for name, present in run_keys.items() if not keys & present)
     return PlannedFigure(spec, panel_keys, without, total)
+
+
+def _one_key(spec: FigureSpec, key: str) -> FigureSpec:
+    """The figure of one key of a ``per_key_for_runs`` spec (``evaluation_coder_pass_1``)."""
+    short = key.removeprefix("eval/")
+    return FigureSpec(
+        name=f"{spec.name}_{_safe(short)}",
+        title=f"{spec.title}: {short}",
+        panels=(PanelSpec(short, (key,)),),
+        about=spec.about,
+    )
 
 
 def _leftovers(all_keys: list[str], claimed: set[str]) -> dict[str, list[str]]:

@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 import yaml
 
-from codea1.core.bootstrap import PairedDelta, ratio_interval
+from codea1.core.bootstrap import PairedDelta, statistic_interval
 from codea1.core.comparison import compare_records
+from codea1.core.eval_estimators import Estimator, estimator_for
 from codea1.results_file import read_records
 from codea1.tracking import METRICS_FILE, read_eval_points, step_file_name
 
@@ -339,18 +340,12 @@ def _add_eval_series(run: RunData, evals: list[tuple[int, dict[str, dict[str, An
             run.series[key] = Series(np.array(xs, dtype=np.int64), np.array([by_step[s] for s in xs]))
 
 
-_BANDED = {
-    "eval/coder/pass@1": ("code", lambda r: (sum(r["correct"]), len(r["correct"]))),
-    "eval/tester/validity": ("tests", lambda r: (r["valid"], len(r["tests"]) + r.get("rejected", 0))),
-}
-"""Evaluation keys drawn with a 95 % band: the results file they come from, and each problem's
-(numerator, denominator) of the metric (so the band is a bootstrap over problems of the ratio)."""
-
-
 def _read_in_run_evals(run: RunData) -> None:
     """The run's own evaluation points (``eval.jsonl``, docs/metrics.md) become ``eval/...`` series,
-    with a 95 % bootstrap band over problems for :data:`_BANDED` keys; when no ``eval/*.json`` file
-    made the table, the newest point fills it, with the paired delta of the coder since step 0."""
+    with a 95 % bootstrap band over problems for the keys with a per-problem estimator
+    (:mod:`codea1.core.eval_estimators`: the band resamples the rows of the very estimate plotted);
+    when no ``eval/*.json`` file made the table, the newest point fills it, with the paired delta
+    of the coder since step 0."""
     try:
         points = read_eval_points(run.path)
     except OSError as e:
@@ -365,9 +360,9 @@ def _read_in_run_evals(run: RunData) -> None:
         found = [_as_float(points[s].get(key)) for s in steps]
         values = np.array([math.nan if v is None else v for v in found])
         low = high = None
-        if key in _BANDED:
-            task, fraction = _BANDED[key]
-            bands = [_band(records[s].get(task), fraction) for s in steps]
+        estimator = estimator_for(key)
+        if estimator is not None:
+            bands = [_band(records[s].get(estimator.task), estimator) for s in steps]
             low = np.array([100.0 * b[0] if b else math.nan for b in bands])
             high = np.array([100.0 * b[1] if b else math.nan for b in bands])
         series = Series(np.array(steps, dtype=np.int64), values, low, high)
@@ -405,11 +400,10 @@ def _point_records(run: RunData, step: int) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def _band(records: list[dict[str, Any]] | None, fraction: Any) -> tuple[float, float] | None:
+def _band(records: list[dict[str, Any]] | None, estimator: Estimator) -> tuple[float, float] | None:
     if not records:
         return None
     try:
-        pairs = [fraction(r) for r in records]
-        return ratio_interval([p[0] for p in pairs], [p[1] for p in pairs])
-    except (KeyError, TypeError, ValueError):
+        return statistic_interval(estimator.rows(records), estimator.statistic)
+    except ValueError:
         return None

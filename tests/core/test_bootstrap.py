@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from codea1.core.bootstrap import paired_bootstrap
+from codea1.core.bootstrap import paired_bootstrap, paired_statistic, sign_flip_p, statistic_interval
 
 
 def test_identical_scores_give_a_zero_delta_and_a_point_interval() -> None:
@@ -70,3 +70,47 @@ def test_sign_flip_p_is_exact_for_few_problems_and_a_fair_estimate_for_many() ->
     assert sign_flip_p(mixed + mixed[:6], draws=50_000) < 0.01  # 24 problems: random patterns
     with pytest.raises(ValueError):
         sign_flip_p([])
+
+
+def _mean(x: np.ndarray) -> np.ndarray:
+    return x[..., 0].mean(axis=-1)
+
+
+@pytest.mark.parametrize("n", [7, 20])  # exact sign patterns, and random ones past EXACT_SIGN_FLIP_MAX
+def test_paired_statistic_of_a_mean_is_paired_bootstrap(n: int) -> None:
+    rng = np.random.default_rng(n)
+    before, after = rng.random(n), rng.random(n)
+    plain = paired_bootstrap(before, after, resamples=3000, seed=5)
+    general = paired_statistic(before[:, None], after[:, None], _mean, resamples=3000, seed=5, draws=200_000)
+    for name, value in vars(plain).items():  # the same resamples and sign patterns, up to rounding
+        assert getattr(general, name) == pytest.approx(value, abs=1e-12), name
+
+
+def test_two_sided_sign_flip_counts_both_tails() -> None:
+    # three problems, each +1: of the 8 sign patterns only +++ has a mean >= 1, and --- as far the other way
+    assert sign_flip_p([1.0, 1.0, 1.0]) == pytest.approx(1 / 8)
+    assert sign_flip_p([1.0, 1.0, 1.0], two_sided=True) == pytest.approx(2 / 8)
+    assert sign_flip_p([0.0, 0.0], two_sided=True) == 1.0
+
+
+def test_paired_statistic_swaps_whole_rows_for_a_ratio() -> None:
+    # pooled ratio sum(num) / sum(den): A 3/4 on problem 0, 0/4 on problem 1; B 1/4 and 1/4
+    a = np.array([[3.0, 4.0], [0.0, 4.0]])
+    b = np.array([[1.0, 4.0], [1.0, 4.0]])
+
+    def ratio(x: np.ndarray) -> np.ndarray:
+        return x[..., 0].sum(axis=-1) / x[..., 1].sum(axis=-1)
+
+    d = paired_statistic(b, a, ratio, resamples=1000)
+    assert (d.after, d.before, d.delta) == pytest.approx((3 / 8, 2 / 8, 1 / 8))
+    assert (d.improved, d.worsened) == (1, 1)
+    # patterns: none swapped +1/8, swap 0 -> (1+0)/8 - (1+3)/8 = -3/8, swap 1 -> 4/8 - 0/8... all four by hand
+    swapped = [1 / 8, (1 + 0) / 8 - (3 + 1) / 8, (3 + 1) / 8 - (1 + 0) / 8, -1 / 8]
+    assert d.p_sign_flip == pytest.approx(sum(s >= 1 / 8 - 1e-12 for s in swapped) / 4)
+    assert d.p_two_sided == pytest.approx(sum(abs(s) >= 1 / 8 - 1e-12 for s in swapped) / 4)
+
+
+def test_statistic_interval_of_constant_rows_has_no_width() -> None:
+    assert statistic_interval(np.full((5, 1), 0.25), _mean) == (0.25, 0.25)
+    with pytest.raises(ValueError, match="non-empty"):
+        statistic_interval(np.empty((0, 1)), _mean)

@@ -123,9 +123,12 @@ def test_two_runs_overlaid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert main(["report", str(run_a), str(run_b), "--output", str(out)]) == 0
     page = (out / "index.html").read_text(encoding="utf-8")
     pngs = sorted(p.name for p in out.glob("*.png"))
-    # every figure of the table has data in these runs (plus the leftover coder key), and the page
-    # shows each PNG that exists
-    assert set(pngs) == {f"{spec.name}.png" for spec in FIGURES} | {"other_coder.png"}
+    # every figure of the table has data in these runs (plus the leftover coder key; with several
+    # runs, one evaluation figure per metric), and the page shows each PNG that exists
+    per_metric = {f"evaluation_{m}.png" for m in ("humaneval__pass_1", "humaneval__avg_4", "mbpp__pass_1")}
+    assert set(pngs) == {f"{spec.name}.png" for spec in FIGURES if spec.name != "evaluation"} | per_metric | {
+        "other_coder.png"
+    }
     assert sorted(png_sources(page)) == pngs
     for name in pngs:
         assert (out / name).read_bytes()[:8] == PNG_MAGIC
