@@ -1,26 +1,37 @@
 #!/usr/bin/env bash
-# One-GPU check of the engine (benchmarks/gpu_check.py; its docstring says what each row means): the
-# Ray learner's own build at world size 1 over NCCL against an fp32 one-process step, shared-prompt
-# rows vs one row per sequence, each paper preset's worst micro-batch memory vs the memory plan, the
-# weight sync's cost, a DCP save/load round trip, the caching allocator after a step, LoRA adapters
-# under FSDP2, and rollout/update speed. Random-init models (no weights, no tokenizer, no downloads;
-# torch + transformers + peft, no vLLM or Ray).
-# Run from anywhere on a machine with one CUDA GPU: about 4 minutes on an H200, stopped after 8
-# (no check starts after 440 s; rows print as checks end). The markdown table goes to stdout,
-# gpu_check.json to $OUT when set; exit status 1 when a row says FAIL. Extra arguments go to the
-# script, e.g.
-#   scripts/gpu_check.sh                      # CUDA: every check
-#   scripts/gpu_check.sh --tiny               # a tiny model on the GPU, about a minute (smoke run)
-#   scripts/gpu_check.sh --only a,e           # some checks again
-#   scripts/gpu_check.sh --tiny --device cpu  # every check on a CPU, about a minute (what CI runs)
+# The check to run on a lent GPU machine (benchmarks/gpu_stages.py; its docstring says what each stage
+# does, benchmarks/gpu_check.py's what each engine check means). Stages, in order:
+#   env         the GPU, versions, which of vllm / ray / gguf import                      (info)
+#   install     pip install --no-deps --no-build-isolation of codea1 and the carried gguf wheel
+#   sandbox     codea1 sandbox doctor and selftest (the isolation this machine gives)
+#   train       codea1 train --preset paper-1.5b, 2 steps on CUDA, transformers engine, random-init
+#               SmolLM2-135M-shaped model, memory/peak_gpu_gib per step vs the memory plan
+#   train-vllm  the same with vLLM rollouts            (needs vllm: SKIP with the reason where absent)
+#   train-ray   the same on the Ray backend            (needs ray and vllm: SKIP where absent)
+#   engine      benchmarks/gpu_check.py: learner build, shared rows, memory plan, sync, DCP, allocator,
+#               LoRA under FSDP2, speed; random-init models (torch + transformers + peft only)
+# The bare-H200 path (torch, transformers, peft, no vLLM, no Ray, no gguf, no internet) is every stage:
+# the vLLM and Ray ones report SKIP there. What that machine lacks is carried in .gpu_carry/
+# (git-ignored, about 3.6 MiB: SmolLM2's tokenizer files and the gguf wheel), written on a CPU machine
+# with the demo model installed by --prepare. No stage starts after 450 s; the whole script is stopped
+# at 480 s (8 minutes). One markdown table goes to stdout at the end (progress and each stage's output
+# to stderr); with $OUT set, $OUT/gpu_check.json (every row and number), gpu_check.md and logs/.
+# Exit status 1 when a row says FAIL, 2 on bad input.
+#   PYTHON=.venv/bin/python scripts/gpu_check.sh --prepare   # here, on a CPU: write .gpu_carry/
+#   scripts/gpu_check.sh --dry-run            # print the stages' commands and the carried files
+#   scripts/gpu_check.sh                      # on the GPU machine: every stage, about 7 minutes
+#   scripts/gpu_check.sh --stages install,sandbox,train   # the bare-GPU train alone, about 2 minutes
+#   scripts/gpu_check.sh --stages engine --only a,e       # some engine checks again
+#   scripts/gpu_check.sh --device cpu --tiny --block vllm,ray   # every stage on a CPU, tiny models,
+#                                             # vllm and ray made unimportable (the bare machine played)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export CUBLAS_WORKSPACE_CONFIG="${CUBLAS_WORKSPACE_CONFIG:-:4096:8}"  # deterministic cuBLAS for (e)
 python="${PYTHON:-python3}"
-if command -v nvidia-smi >/dev/null; then
-    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-fi
-"$python" -c 'import torch, transformers, peft; print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, transformers {transformers.__version__}, peft {peft.__version__}")'
-exec timeout -k 10 480 "$python" benchmarks/gpu_check.py "$@"
+for arg in "$@"; do
+    if [ "$arg" = "--dry-run" ] || [ "$arg" = "--prepare" ] || [ "$arg" = "-h" ] || [ "$arg" = "--help" ]; then
+        exec "$python" benchmarks/gpu_stages.py "$@"
+    fi
+done
+exec timeout -k 10 480 "$python" benchmarks/gpu_stages.py "$@"

