@@ -1,7 +1,13 @@
-"""``codea1 eval``: code generation (avg@k, pass@k), test generation (ULT metrics), best-of-N
-collaboration and BigCodeBench. Models are loaded lazily through ``engine.hf_local.load_policy``;
-every subcommand also accepts files of completions so it runs without a model. The loop every
-verb shares is ``codea1.eval.runner``; the arguments and their checks are ``cli.eval_args``.
+"""``codea1 eval``: the verbs that evaluate a model or its outputs: code generation (avg@k, pass@k),
+test generation (ULT metrics), best-of-N collaboration and BigCodeBench. Models are loaded lazily
+through ``engine.hf_local.load_policy``; ``code``, ``tests`` and ``bon`` also accept files of
+completions so they run without a model.
+
+The command is three modules, one job each: this one runs the evaluating verbs (the loop they share
+is ``codea1.eval.runner``); ``cli.eval_args`` holds every verb's parser, the checks of the values
+before anything is read or created, and what the values stand for (run options, sampling settings,
+models); ``cli.eval_compare`` is ``eval compare``, which evaluates nothing: it compares two
+evaluations already written.
 """
 
 from __future__ import annotations
@@ -15,14 +21,20 @@ from pathlib import Path
 from typing import Any
 
 from codea1.cli import CliError
-from codea1.cli.eval_args import add_parsers, check_options, load_model, per_chunk, run_options, sampling
+from codea1.cli.eval_args import (
+    add_parsers,
+    check_bigcodebench_options,
+    check_options,
+    load_model,
+    per_chunk,
+    run_options,
+    sampling,
+)
 from codea1.cli.eval_compare import run_compare
-from codea1.cli.options import check_at_least, check_at_most
 from codea1.cli.outputs import write_output
 from codea1.core.estimators import ks_for
 from codea1.eval import runner
 from codea1.eval.tables import format_table
-from codea1.limits import MAX_EVAL_SAMPLES, MAX_TOKENS
 
 
 def register(subparsers: Any) -> None:
@@ -175,12 +187,7 @@ def run_bigcodebench(args: argparse.Namespace) -> int:
         load_tasks,
     )
 
-    for option, value, maximum in (
-        ("--n", args.n, MAX_EVAL_SAMPLES),
-        ("--max-new-tokens", args.max_new_tokens, MAX_TOKENS),
-    ):
-        check_at_least(value, option, 1)
-        check_at_most(value, option, maximum)
+    check_bigcodebench_options(args)
     try:
         tasks = load_tasks(args.split, args.subset)
         policy = load_model(args.model, args)

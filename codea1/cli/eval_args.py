@@ -1,5 +1,7 @@
 """The arguments of ``codea1 eval``: each verb's parser, the checks of their values that run before
-any file is read or created, and what they stand for (run options, sampling settings, models)."""
+any file is read or created (``compare`` checks its own two statistical settings), and what they
+stand for (run options, sampling settings, models). The verbs themselves are ``cli.eval`` and
+``cli.eval_compare``."""
 
 from __future__ import annotations
 
@@ -184,6 +186,17 @@ def check_options(args: argparse.Namespace, files: Sequence[str] = ()) -> None:
         )
     _check_dir_option(args.results_dir, "--results-dir")
     _check_dir_option(args.cache_dir, "--cache-dir")
+
+
+def check_bigcodebench_options(args: argparse.Namespace) -> None:
+    """Refuse (one :class:`CliError` line) a ``bigcodebench`` sample count or token limit that cannot
+    work, before a task is loaded."""
+    for option, value, maximum in (
+        ("--n", args.n, MAX_EVAL_SAMPLES),
+        ("--max-new-tokens", args.max_new_tokens, MAX_TOKENS),
+    ):
+        check_at_least(value, option, 1)
+        check_at_most(value, option, maximum)
 
 
 def run_options(args: argparse.Namespace) -> RunOptions:

@@ -1,5 +1,7 @@
 """``codea1 eval compare``: before vs after, a paired bootstrap of two ``eval code`` (or two
-``eval tests``) runs, with a sign-flip permutation p-value; ``--problems`` keeps one subset.
+``eval tests``) runs, with a sign-flip permutation p-value; ``--problems`` keeps one subset. It
+loads no model and evaluates nothing: it reads two evaluations already written (its parser is in
+``cli.eval_args`` with the other verbs').
 
 Each side is a results JSONL of ``eval code`` or the metrics JSON that names one (its ``results``
 field); the records are read with ``codea1.results_file.read_records``, as the report reads them.
