@@ -20,11 +20,11 @@ import pytest
 import torch
 
 from codea1.config import OptimConfig
+from codea1.core.cuts import count_cuts, token_cuts
 from codea1.core.losses import ADDITIVE_STATS, policy_loss
 from codea1.engine.base import TrainBatch
 from codea1.engine.hf_local import learner as learner_module
 from codea1.engine.hf_local.learner import HFLearner, micro_batches
-from codea1.core.cuts import count_cuts, token_cuts
 from codea1.engine.hf_local.logprobs import shared_rows, sharing_pays
 from codea1.engine.hf_local.weights import FullWeights
 

@@ -17,8 +17,8 @@ from trainer_fakes import build_models, problems
 
 from codea1.checkpoint import latest_checkpoint, list_checkpoints
 from codea1.config import load_config
-from codea1.tracking import read_metrics
 from codea1.data.problem_sampler import ProblemSampler
+from codea1.tracking import read_metrics
 from codea1.trainer import Trainer, side_by_side
 
 BASE = [
