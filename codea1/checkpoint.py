@@ -54,6 +54,18 @@ class CheckpointError(RuntimeError):
     """A checkpoint that cannot be used; the message names the file and what is wrong with it."""
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint that could not be written (a full disk, a failing device): its partial copy was
+    removed and the checkpoints before it are intact. ``filename`` is the checkpoint, ``strerror``
+    the reason."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(None, reason, str(path))
+
+    def __str__(self) -> str:
+        return f"{self.filename}: {self.strerror}"
+
+
 @dataclass
 class TrainerState:
     """What besides the weights a run needs to continue exactly: step, sampler position, RNG."""
@@ -220,12 +232,37 @@ def save_checkpoint(
     roles share a model.
     """
     root = Path(run_dir) / CHECKPOINT_DIR
-    root.mkdir(parents=True, exist_ok=True)
     final = root / checkpoint_name(state.step)
     tmp = root / (final.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        _write_checkpoint(tmp, state, cfg, learners, book_path)
+    except Exception as e:
+        shutil.rmtree(tmp, ignore_errors=True)  # what the full disk let through: freed again
+        if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
+            raise
+        first = (str(e).splitlines() or [""])[0]
+        reason = getattr(e, "strerror", None) or f"{type(e).__name__}: {first}"
+        raise CheckpointWriteError(final, f"cannot save the checkpoint ({reason})") from e
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if final.exists():  # re-saving the same step (e.g. after resume): replace it whole
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    fsync_dir(root)
+    for _, old in list_checkpoints(run_dir)[:-keep_last]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def _write_checkpoint(
+    tmp: Path, state: TrainerState, cfg: RunConfig, learners: Mapping[str, Learner], book_path: Path | None
+) -> None:
+    """Every file of a checkpoint into the directory ``tmp``, the manifest last, all fsynced."""
     for role, learner in learners.items():
         learner.save(tmp / role)
     dump_config(cfg, tmp / "config.yaml")
@@ -240,13 +277,6 @@ def save_checkpoint(
     write_manifest(tmp)  # last: fsyncs and hashes everything above
     for sub in sorted({p.parent for p in tmp.rglob("*")}, reverse=True):
         fsync_dir(sub)
-    if final.exists():  # re-saving the same step (e.g. after resume): replace it whole
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    fsync_dir(root)
-    for _, old in list_checkpoints(run_dir)[:-keep_last]:
-        shutil.rmtree(old, ignore_errors=True)
-    return final
 
 
 def load_checkpoint(path: Path, learners: Mapping[str, Learner]) -> TrainerState:

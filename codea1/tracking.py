@@ -48,11 +48,23 @@ def step_file_name(step: int, suffix: str = "") -> str:
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file and a rename (durable, never torn)."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise named(e, path) from None
+
+
+def named(e: OSError, path: Path) -> OSError:
+    """``e`` naming ``path`` when it names no file (a failed write's ``[Errno 28] No space left on
+    device`` does not say which file)."""
+    if e.filename is not None or not e.strerror:
+        return e
+    return OSError(e.errno, e.strerror, str(path))
 
 
 def _parse_metrics_line(raw: bytes) -> dict[str, Any] | None:
@@ -294,9 +306,12 @@ class Tracker:
         row.update({k: _finite(float(v)) for k, v in metrics.items()})
         row.update({f"time/{k}": round(v, 4) for k, v in self._times.items()})
         self._times = {}
-        self._metrics_file.write(json.dumps(row, sort_keys=True) + "\n")
-        self._metrics_file.flush()
-        os.fsync(self._metrics_file.fileno())
+        try:
+            self._metrics_file.write(json.dumps(row, sort_keys=True) + "\n")
+            self._metrics_file.flush()
+            os.fsync(self._metrics_file.fileno())
+        except OSError as e:
+            raise named(e, self.run_dir / METRICS_FILE) from None
         self._to_sinks(step, row)
         self.display.step_done(step, row)
         return row

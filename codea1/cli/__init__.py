@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _os_error_line(e: OSError) -> str:
+def os_error_line(e: OSError) -> str:
     """``PATH: reason`` for an ``OSError`` (``[Errno 2] No such file ...: 'x'`` reads worse)."""
     if e.strerror and e.filename is not None:
         return f"{e.filename}: {e.strerror}"
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         except OSError as e:
             _finished(program)
-            print(f"codea1: error: {_os_error_line(e)}", file=sys.stderr)
+            print(f"codea1: error: {os_error_line(e)}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:
             _finished(program)

@@ -22,7 +22,7 @@ from codea1.cli.interrupts import closed_whole
 from codea1.cli.options import check_workers
 from codea1.cli.outputs import OutputFile, check_distinct, check_input, check_output
 from codea1.config import RewardConfig, SandboxConfig
-from codea1.replay.mistake_book import BookFileError, MistakeBook
+from codea1.replay.mistake_book import BookFileError, BookWriteError, MistakeBook, StepReport
 from codea1.scoring import ScoringItem, score_batch
 from codea1.types import Problem
 
@@ -169,19 +169,46 @@ def _json_line(row: dict) -> str:
     return text + "\n"
 
 
-def _write(target: str, rows: list[dict]) -> None:
+def write_and_record(
+    target: str, rows: list[dict], book: MistakeBook | None, updates: list
+) -> StepReport | None:
+    """Write the output and record the book's step (``book`` None: none), both or neither.
+
+    The output is written whole into its unnamed file first (a full disk fails here, before the
+    book), then the step is committed (a lock or a full disk fails here: the output is dropped),
+    then the output gets its name. Standard output is written only after the step is committed.
+    """
+    text = "".join(_json_line(r) for r in rows)
+    report = None
     with OutputFile(target) as out:
-        out.stream.write("".join(_json_line(r) for r in rows))
+        to_stdout = out.stream is sys.stdout
+        if not to_stdout:
+            out.stream.write(text)
+            out.stream.flush()
+        if book is not None:
+            try:
+                report = book.apply_step((book.last_step or 0) + 1, updates)
+            except BookWriteError as e:
+                raise CliError(f"--mistake-book {e}; nothing was written") from None
+        if to_stdout:
+            out.stream.write(text)
         out.commit()
+    return report
 
 
 def open_book(path: Path, no_update: bool) -> MistakeBook:
     """The ``--mistake-book``: read-only with ``--no-update``, else for writing (a missing path becomes
-    a new book); a file that is not a Mistake Book is a :class:`CliError` and stays untouched."""
+    a new book, in a directory that must exist); a file that is not a Mistake Book, or a book that
+    cannot be written now (locked by another process, a read-only file system), is a
+    :class:`CliError`, and the file stays untouched."""
+    if not no_update:
+        check_output(str(path), "--mistake-book")
     try:
         return MistakeBook(path, read_only=no_update)
     except BookFileError as e:
         raise CliError(f"--mistake-book: {e}") from None
+    except BookWriteError as e:
+        raise CliError(f"--mistake-book {e}") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -203,8 +230,13 @@ def run(args: argparse.Namespace) -> int:
     if args.mistake_book is not None and args.mistake_book.is_dir():
         raise CliError(f"--mistake-book {args.mistake_book}: is a directory, not a database file")
     reward = RewardConfig(alpha=args.alpha, normalize_by_suite=args.normalize_by_suite)
-    numbered = [(n, line) for n, line in enumerate(_read(args.input), 1) if line.strip()]
     book = open_book(args.mistake_book, args.no_update) if args.mistake_book is not None else None
+    try:
+        numbered = [(n, line) for n, line in enumerate(_read(args.input), 1) if line.strip()]
+    except BaseException:
+        if book is not None:
+            book.close()
+        raise
     out: list[dict] = []
     updates = []
     try:
@@ -218,15 +250,22 @@ def run(args: argparse.Namespace) -> int:
                 rows, ups = score_lines([t for _, t in chunk], sandbox, reward, book, [n for n, _ in chunk])
                 out.extend(rows)
                 updates.extend(ups)
-        _write(args.output, out)
-        if book is not None and not args.no_update:
-            step = (book.last_step or 0) + 1
-            report = book.apply_step(step, updates)
-            print(f"mistake book step {step}: +{report.added} new, {report.removed} removed", file=sys.stderr)
+        n_err = sum("error" in r for r in out)
+        nothing = bool(out) and n_err == len(out)
+        recording = book is not None and not args.no_update and not nothing
+        report = write_and_record(args.output, out, book if recording else None, updates)
+        if report is not None:
+            print(f"mistake book step {report.step}: +{report.added} new, {report.removed} removed",
+                  file=sys.stderr)  # fmt: skip
     finally:
         if book is not None:
             book.close()
-    n_err = sum("error" in r for r in out)
+    if nothing:
+        where = "the output" if args.output == "-" else args.output
+        unrecorded = "; no Mistake Book step recorded" if book is not None and not args.no_update else ""
+        print(f"codea1 score: every one of the {len(out)} line(s) is an error row (the reason is in its "
+              f"'error' field in {where}): nothing scored{unrecorded}", file=sys.stderr)  # fmt: skip
+        return 1
     errors = f", {n_err} line(s) with errors (their rows hold the reason in 'error')" if n_err else ""
     print(f"scored {len(out) - n_err} of {len(out)} line(s){errors}", file=sys.stderr)
     return 0

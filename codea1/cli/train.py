@@ -16,7 +16,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from codea1.cli import CliError
+from codea1.cli import CliError, os_error_line
 from codea1.cli.options import check_workers
 from codea1.cli.resume import RESUME_CONFIG, finished_step, resume_config
 from codea1.cli.train_summary import what_changed
@@ -317,4 +317,9 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, held: ExitStack) -> Any:
         raise CliError(
             f"training stopped: {e}; the last checkpoint is intact, continue with "
             f"codea1 train --resume {run_dir}"
+        ) from None
+    except OSError as e:  # the run directory's disk is full or failing: what is written is whole
+        raise CliError(
+            f"training stopped: {os_error_line(e)}; the checkpoints written are intact: once the cause "
+            f"is fixed (e.g. space freed), continue with codea1 train --resume {run_dir}"
         ) from None

@@ -30,6 +30,7 @@ creates no side files).
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
 import sqlite3
@@ -51,6 +52,8 @@ APPLICATION_ID = int.from_bytes(b"CA1B", "big")
 """``PRAGMA application_id`` of every Mistake Book file."""
 SCHEMA_VERSION = 1
 """``PRAGMA user_version`` of the book schema this code reads and writes."""
+LOCK_WAIT_S = 5.0
+"""How long a writer waits for another process's write lock on the book before giving up."""
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _ENTRY_COLUMNS = (
     "problem_id", "call", "predicted", "oracle_status", "frequency", "step_added",
@@ -78,6 +81,17 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 
 class BookFileError(ValueError):
     """A path that does not hold a usable Mistake Book; the message says what it holds instead."""
+
+
+class BookWriteError(OSError):
+    """A Mistake Book that cannot be written now (locked by another process, a read-only file system,
+    a full disk); nothing of the step was recorded. ``filename`` is the book, ``strerror`` the reason."""
+
+    def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
+        super().__init__(None, reason, os.fspath(path))
+
+    def __str__(self) -> str:
+        return f"{self.filename}: {self.strerror}"
 
 
 BookKind = Literal["missing", "marked", "unmarked"]
@@ -150,33 +164,52 @@ def recognise_book(path: str | os.PathLike[str]) -> BookKind:
     raise BookFileError(f"{p} is not a Mistake Book (an SQLite database with {shown})")
 
 
+def _write_reason(e: sqlite3.Error) -> str:
+    """SQLite's reason for a failed write, with what it means for a lock."""
+    text = str(e)
+    if "locked" in text or "busy" in text:
+        return f"{text}: another process is writing it; wait for it to finish or give another book"
+    return text
+
+
 def _create_book(path: Path) -> None:
     """Build an empty, marked book under a temporary name and link it to ``path`` (never half-made)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise BookFileError(f"{path}: cannot create a Mistake Book there ({e.strerror or e})") from None
+        raise BookWriteError(path, f"cannot create a Mistake Book there ({e.strerror or e})") from None
     tmp = path.with_name(f".{path.name}.{os.getpid()}.new")
-    for side in ("", "-wal", "-shm", "-journal"):
-        Path(str(tmp) + side).unlink(missing_ok=True)
     try:
+        _remove_with_side_files(tmp)
+        # Built with a rollback journal (the open switches to WAL): every write lands in the file or
+        # raises, where in WAL a close that cannot fold the log in (a full disk) fails silently.
         conn = sqlite3.connect(str(tmp), isolation_level=None)
         try:
             conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            conn.execute("PRAGMA journal_mode=WAL")
             conn.executescript(_SCHEMA)
         finally:
             conn.close()
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
+        try:
+            made = recognise_book(tmp)
+        except BookFileError:
+            made = "missing"
+        if made != "marked":
+            raise OSError(0, "the new book did not read back whole")
         _link_new(tmp, path)
     except (OSError, sqlite3.Error) as e:
         reason = getattr(e, "strerror", None) or str(e)
-        raise BookFileError(f"{path}: cannot create a Mistake Book there ({reason})") from None
+        raise BookWriteError(path, f"cannot create a Mistake Book there ({reason})") from None
     finally:
-        for side in ("", "-wal", "-shm", "-journal"):
-            Path(str(tmp) + side).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a read-only file system refuses even a missing file's unlink
+            _remove_with_side_files(tmp)
+
+
+def _remove_with_side_files(path: Path) -> None:
+    for side in ("", *SQLITE_SIDE_FILES):
+        Path(str(path) + side).unlink(missing_ok=True)
 
 
 def _link_new(tmp: Path, path: Path) -> None:
@@ -280,7 +313,9 @@ class MistakeBook:
     returns no tests and :meth:`apply_step` records nothing. ``read_only=True`` opens an existing
     book without writing to it (:meth:`apply_step` then raises). A path that exists but is not a
     book raises :class:`BookFileError` and is left untouched (see :func:`recognise_book`); a writing
-    open of a path that does not exist creates a new book there.
+    open of a path that does not exist creates a new book there. A writing open takes the write lock
+    once, so a book that another process is writing or that cannot be written (a read-only file
+    system) raises :class:`BookWriteError` at the open, before any work.
     """
 
     def __init__(
@@ -315,15 +350,28 @@ class MistakeBook:
             _create_book(path)
         if read_only:
             return sqlite3.connect(read_only_uri(path), uri=True, isolation_level=None)
-        conn = sqlite3.connect(str(path), isolation_level=None)
+        try:
+            conn = sqlite3.connect(str(path), isolation_level=None, timeout=LOCK_WAIT_S)
+        except sqlite3.Error as e:
+            raise BookWriteError(path, f"cannot open the Mistake Book for writing ({e})") from None
         try:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
+            # Take the write lock and write once now (undone): a book that another process is
+            # writing, or that cannot be written, is refused here, before any work, not when the
+            # step is recorded.
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('write_probe', '')")
+            conn.execute("DELETE FROM meta WHERE key = 'write_probe'")
             if kind == "unmarked":  # a book from before the mark: stamp it on the first writing open
-                conn.execute("BEGIN IMMEDIATE")
                 conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 conn.execute("COMMIT")
+            else:
+                conn.execute("ROLLBACK")
+        except sqlite3.Error as e:
+            conn.close()
+            raise BookWriteError(path, f"cannot write the Mistake Book ({_write_reason(e)})") from None
         except BaseException:
             conn.close()
             raise
@@ -433,7 +481,8 @@ class MistakeBook:
         """Apply one training step's updates in a single transaction and record ``step`` as committed.
 
         Steps must increase: applying a step at or below :attr:`last_step` raises ``ValueError``
-        (so a resumed run cannot count the same step twice).
+        (so a resumed run cannot count the same step twice). A database error (locked by another
+        process, a full disk) is a :class:`BookWriteError`, the book left at the previous step.
         """
         if self._conn is None:
             return StepReport(step)
@@ -444,15 +493,20 @@ class MistakeBook:
             raise ValueError(f"Mistake Book already holds step {last}; cannot apply step {step}")
         totals = dict.fromkeys(("added", "incremented", "decremented", "removed", "evicted", "skipped"), 0)
         conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
         try:
+            conn.execute("BEGIN IMMEDIATE")
             for update in updates:
                 for key, n in self._apply_problem(conn, step, update).items():
                     totals[key] += n
             conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('last_step', ?)", (str(step),))
             conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
+        except BaseException as e:
+            if conn.in_transaction:  # SQLite has rolled back already after some errors (a full disk)
+                conn.execute("ROLLBACK")
+            if isinstance(e, sqlite3.Error):
+                raise BookWriteError(
+                    self.path or "", f"cannot record step {step} ({_write_reason(e)})"
+                ) from None
             raise
         return StepReport(step, **totals)
 

@@ -1,18 +1,32 @@
 """``codea1 train --resume`` on a damaged run directory: metrics lines kept around garbage and torn
 tails (with the original file kept), damaged checkpoints passed over for the newest intact one, and
-a clear refusal, changing nothing, when no checkpoint is intact."""
+a clear refusal, changing nothing, when no checkpoint is intact; and a disk that fills up while the
+run writes: one error line, nothing half-written, the run resumed once there is room."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import sqlite3
+import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from codea1.replay.mistake_book import APPLICATION_ID, SCHEMA_VERSION
+from codea1.replay.mistake_book import APPLICATION_ID, SCHEMA_VERSION, MistakeBook
 
-from .run_dirs import assert_one_line_error, make_run, metrics_steps, private_copy, set_steps, snapshot, train
+from .run_dirs import (
+    FAST,
+    assert_one_line_error,
+    make_run,
+    metrics_steps,
+    private_copy,
+    set_steps,
+    snapshot,
+    train,
+)
 
 
 @pytest.fixture(scope="module")
@@ -175,3 +189,119 @@ def test_no_intact_checkpoint_is_one_line_and_changes_nothing(run: Path) -> None
     assert_one_line_error(code, err, "no intact checkpoint", "step_000004", "step_000002")
     assert snapshot(run, skip=("train.lock",)) == before
     assert not list(Path.cwd().iterdir())
+
+
+# ---- a disk that fills up while the run writes (issue 35, item 6) -----------------------------------
+
+EVERY_STEP = [*FAST, "--set", "train.save_every=1"]
+
+
+def _full() -> OSError:
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def _resumes_to_the_end(run_dir: Path, steps: int) -> None:
+    code, out, err = train("--resume", str(run_dir))
+    assert code == 0, out + err
+    assert metrics_steps(run_dir) == list(range(1, steps + 1))
+    assert not list(run_dir.rglob("*.tmp")), list(run_dir.rglob("*.tmp"))
+
+
+def test_a_full_disk_while_the_book_records_a_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite rolls a transaction back itself when the disk is full; the book's own ROLLBACK then
+    raised ``cannot rollback - no transaction is active``, a traceback hiding the cause."""
+    real = MistakeBook._apply_problem
+
+    def full_at_step_2(self: MistakeBook, conn: sqlite3.Connection, step: int, update: object) -> dict:
+        if step == 2:
+            conn.execute("ROLLBACK")  # what SQLite does on SQLITE_FULL at the commit
+            raise sqlite3.OperationalError("database or disk is full")
+        return real(self, conn, step, update)
+
+    monkeypatch.setattr(MistakeBook, "_apply_problem", full_at_step_2)
+    run_dir = tmp_path / "run"
+    code, _, err = train(*EVERY_STEP, "--steps", "3", "--run-dir", str(run_dir))
+    assert_one_line_error(code, err, "mistake_book.sqlite: cannot record step 2 (database or disk is full)",
+                          f"codea1 train --resume {run_dir}")  # fmt: skip
+    with MistakeBook(run_dir / "mistake_book.sqlite", read_only=True) as book:
+        assert book.last_step == 1
+    monkeypatch.setattr(MistakeBook, "_apply_problem", real)
+    _resumes_to_the_end(run_dir, 3)
+
+
+def test_a_full_disk_while_saving_a_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint the disk could not hold: one line naming it, its partial copy removed (it was
+    left as ``step_N.tmp``, and some writers' errors were tracebacks), the one before it intact."""
+    from codea1.engine.scripted import ScriptedLearner
+
+    real = ScriptedLearner.save
+
+    def full_in_step_2(self: ScriptedLearner, path: Path) -> None:
+        real(self, path)
+        if Path(path).parent.name == "step_000002.tmp":
+            raise _full()
+
+    monkeypatch.setattr(ScriptedLearner, "save", full_in_step_2)
+    run_dir = tmp_path / "run"
+    code, _, err = train(*EVERY_STEP, "--steps", "3", "--run-dir", str(run_dir))
+    assert_one_line_error(code, err, "step_000002: cannot save the checkpoint (No space left on device)",
+                          "--resume")  # fmt: skip
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step_000001"]
+    monkeypatch.setattr(ScriptedLearner, "save", real)
+    _resumes_to_the_end(run_dir, 3)
+
+
+def test_a_full_disk_while_writing_metrics_names_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``[Errno 28] No space left on device`` said no file; the error names ``metrics.jsonl``."""
+    from codea1 import tracking
+
+    real = tracking.os.fsync
+    calls = {"n": 0}
+
+    def fsync(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("metrics.jsonl"):
+            calls["n"] += 1
+            if calls["n"] == 2:
+                raise _full()
+        real(fd)
+
+    monkeypatch.setattr(tracking.os, "fsync", fsync)
+    run_dir = tmp_path / "run"
+    code, _, err = train(*EVERY_STEP, "--steps", "3", "--run-dir", str(run_dir))
+    monkeypatch.setattr(tracking.os, "fsync", real)
+    assert_one_line_error(code, err, "metrics.jsonl: No space left on device", "--resume")
+    _resumes_to_the_end(run_dir, 3)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
+    """``mount(size)``: a tmpfs of that size (skipped where mounting is not allowed), unmounted after."""
+    mounted: list[Path] = []
+
+    def mount(size: str) -> Path:
+        where = tmp_path / f"disk-{len(mounted)}"
+        where.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                              capture_output=True, check=False)  # fmt: skip
+        if done.returncode != 0:
+            pytest.skip("cannot mount a small tmpfs here (needs privileges)")
+        mounted.append(where)
+        return where
+
+    yield mount
+    for where in mounted:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True, check=False)
+
+
+@pytest.mark.parametrize("size", ["80k", "160k", "240k"])
+def test_a_run_directory_on_a_small_disk(small_disk: Callable[[str], Path], size: str) -> None:
+    """A real full disk, reached by the book, a checkpoint or the metrics depending on the size."""
+    disk = small_disk(size)
+    run_dir = disk / "run"
+    code, _, err = train(*EVERY_STEP, "--steps", "4", "--run-dir", str(run_dir))
+    assert_one_line_error(code, err)
+    assert not list(disk.rglob("*.tmp")), list(disk.rglob("*.tmp"))
+    subprocess.run(["mount", "-o", "remount,size=16M", str(disk)], check=True)
+    _resumes_to_the_end(run_dir, 4)
