@@ -74,8 +74,9 @@ build; the ``s`` column has the real ones): start and CUDA init 15 s, (a) 10 s, 
 each), rollout 22 s, update 12 s: about 3.5 minutes, within the 8 that ``scripts/gpu_check.sh``
 allows. They run in that order, the long (c) and the speed rows last.
 
-On a lent GPU: ``scripts/gpu_check.sh`` (stopped after 480 s; extra arguments are passed on,
-e.g. ``--tiny`` for a one-minute smoke run first, ``--only a,e`` to rerun some). Elsewhere:
+On a lent GPU: ``scripts/gpu_check.sh``, whose last stage this is (``benchmarks/gpu_stages.py``
+runs it with the time the earlier stages left; ``--stages engine --only a,e`` reruns some,
+``--tiny`` makes the models tiny). Elsewhere:
 ``python benchmarks/gpu_check.py [--device cuda|cuda:N|cpu] [--tiny] [--only a,b] [--out DIR]``;
 ``--tiny --device cpu`` runs every check with a tiny model in about a minute on 2 cores (the tests).
 """
