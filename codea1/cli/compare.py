@@ -90,7 +90,7 @@ def format_comparison(cmp: MethodComparison) -> str:
             continue
         lines += ["", f"{split} problems ({cmp.problems[split]}): A - B in points, paired over problems, "
                   f"{level} % bootstrap interval, two-sided sign-flip p"]  # fmt: skip
-        table = [["A vs B", "metric", "A", "B", "A-B", f"{level}% CI", "p", "A>B", "A<B", "problems"]]
+        table = [["A vs B", "metric", "A", "B", "A-B", f"{level}% CI", "p", "A>B", "A<B", "problems", ""]]
         previous = ""
         for r in rows:
             pair = f"{r.a} vs {r.b}"
@@ -98,18 +98,18 @@ def format_comparison(cmp: MethodComparison) -> str:
             previous = pair
             d = r.delta
             if d is None:
-                table.append([shown, r.metric, "-", "-", "-", r.reason, "", "", "", ""])
+                table.append([shown, r.metric, "-", "-", "-", "-", "-", "-", "-", "-", f"({r.reason})"])
                 continue
             table.append([
                 shown, r.metric, f"{100 * d.after:.1f}", f"{100 * d.before:.1f}", f"{100 * d.delta:+.1f}",
                 f"[{100 * d.ci_low:+.1f}, {100 * d.ci_high:+.1f}]", _p(d.p_two_sided), str(d.improved),
-                str(d.worsened), str(d.problems),
+                str(d.worsened), str(d.problems), "",
             ])  # fmt: skip
-        widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+        widths = [max(len(row[i]) for row in table) for i in range(len(table[0]) - 1)] + [0]
         for i, row in enumerate(table):
             lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
             if i == 0:
-                lines.append("  ".join("-" * w for w in widths))
+                lines.append("  ".join("-" * w for w in widths[:-1]))
     if cmp.notes:
         lines += ["", *(f"note: {n}" for n in cmp.notes)]
     return "\n".join(lines)

@@ -32,34 +32,44 @@ pytestmark = [
 ]
 
 
-def test_method_comparison_trains_every_method_and_reports(tmp_path: Path) -> None:
+def test_method_comparison_trains_every_method_compares_and_resumes(tmp_path: Path) -> None:
     exp = tmp_path / "exp"
-    env = _env(EXP_DIR=str(exp), STEPS="2", TRAIN_ONLY="1", PRESET="tiny-cpu")
-    done = subprocess.run(
-        ["bash", str(REPO / "scripts" / "method_comparison.sh"), *FAST],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    env = _env(EXP_DIR=str(exp), STEPS="1", EVERY="1", EVAL_N="2")
+    args = [
+        *FAST,
+        "--set",
+        "eval.max_mutants=3",
+        "--set",
+        "eval.limit=14",
+    ]  # 12 training, 2 held-out problems
+    command = ["bash", str(REPO / "scripts" / "method_comparison.sh"), *args]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     for method in ("a1", "golden", "selfplay"):
-        assert (exp / method / "checkpoints" / "step_000002" / "state.json").is_file()
-        lines = (exp / method / "metrics.jsonl").read_text().splitlines()
-        assert [json.loads(line)["step"] for line in lines] == [1, 2]
+        run = exp / f"{method}-s0"
+        assert (run / "checkpoints" / "step_000001" / "state.json").is_file()
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        assert (
+            config["train"]["method"] == method and config["coder"]["optim"]["lr"] == 2e-5
+        )  # the LOG's protocol
+        assert (config["eval"]["data"], config["eval"]["seed"], config["eval"]["n"]) == ("demo:easy", 1000, 2)
+    table = (exp / "comparison.txt").read_text()
+    assert "training problems (12)" in table and "held-out problems (2)" in table and "a1 vs golden" in table
+    assert json.loads((exp / "comparison.json").read_text())["step"] == 1
     page = (exp / "report" / "index.html").read_text()
-    assert all(name in page for name in ("a1", "golden", "selfplay"))
-    # rerunning skips the trained runs instead of training them again
-    again = subprocess.run(
-        ["bash", str(REPO / "scripts" / "method_comparison.sh"), *FAST],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert again.returncode == 0 and again.stdout.count("already trained") == 3
+    assert all(name in page for name in ("a1-s0", "golden-s0", "selfplay-s0"))
+    # rerunning resumes each run, and a finished one is left as it is
+    again = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and again.stdout.count("is finished") == 3, again.stderr[-2000:]
 
 
-def test_method_comparison_without_a_model_says_what_to_set(tmp_path: Path) -> None:
+def test_method_comparison_refuses_a_malformed_runs_entry(tmp_path: Path) -> None:
     done = subprocess.run(
         ["bash", str(REPO / "scripts" / "method_comparison.sh")],
-        cwd=tmp_path, env=_env(EXP_DIR=str(tmp_path / "e")), capture_output=True, text=True, timeout=60,
+        cwd=tmp_path, env=_env(EXP_DIR=str(tmp_path / "e"), RUNS="a1"), capture_output=True, text=True,
+        timeout=60,
     )  # fmt: skip
-    assert done.returncode == 2 and "CODEA1_QWEN_MODEL" in done.stderr
+    assert done.returncode == 2 and "METHOD:SEED" in done.stderr
 
 
 def test_alpha_sweep_runs_one_directory_per_alpha(tmp_path: Path) -> None:
