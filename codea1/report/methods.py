@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from codea1.config import RunConfig
 from codea1.core.bootstrap import PairedDelta, paired_statistic
 from codea1.core.eval_estimators import ESTIMATORS, Estimator, named_for
 from codea1.report.runs import ReportError, unique_names
@@ -52,8 +53,6 @@ INCIDENTAL = (
     "sandbox.workers", "engine.cache_dir", "engine.backend", "cluster.*", "eval.every", "eval.tester",
 )  # fmt: skip
 """Settings that may differ between compared runs without a word; any other difference is noted."""
-
-SPLITS = ("training", "held-out")
 
 
 @dataclass(frozen=True)
@@ -189,8 +188,6 @@ def compare_methods(
 
 
 def _load(path: Path, name: str) -> _Run:
-    from codea1.config import RunConfig
-
     if not path.is_dir():
         raise ReportError(f"{path}: not a run directory")
     config_path = path / "config.yaml"

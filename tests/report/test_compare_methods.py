@@ -161,3 +161,23 @@ def test_two_scripted_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixt
         assert metric in out
     assert main(["report", *runs, "--output", str(tmp_path / "report")]) == 0
     assert (tmp_path / "report" / "evaluation_coder_pass_1.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("one method", "one method (a1)"),
+        ("not a run", "not a run directory"),
+        ("missing step", "--step 4: "),
+    ],
+)
+def test_what_cannot_be_compared_is_one_line(
+    tmp_path: Path, case: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = fake_run(tmp_path, "a1", points(lambda i, p: 2), {"train.method": "a1"})
+    other = {"train.method": "a1", "train.seed": 1} if case == "one method" else {"train.method": "golden"}
+    b = fake_run(tmp_path, "b", points(lambda i, p: 2), other)
+    args = ["compare", str(a), str(b if case != "not a run" else tmp_path / "nowhere")]
+    assert main(args + (["--step", "4"] if case == "missing step" else [])) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
