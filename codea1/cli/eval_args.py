@@ -186,6 +186,19 @@ def check_options(args: argparse.Namespace, files: Sequence[str] = ()) -> None:
         )
     _check_dir_option(args.results_dir, "--results-dir")
     _check_dir_option(args.cache_dir, "--cache-dir")
+    if getattr(args, "model", None):
+        check_model(args.model)
+
+
+def check_model(spec: str) -> None:
+    """Refuse (one :class:`CliError` line) a ``--model`` that names nothing (no such file or
+    directory, not a hub id), before anything starts; a hub id is only tried when it is loaded."""
+    from codea1.engine.loading import ModelLoadError, resolve_model
+
+    try:
+        resolve_model(spec)
+    except ModelLoadError as e:
+        raise CliError(f"--model {spec}: {' '.join(str(e).split())}") from None
 
 
 def check_bigcodebench_options(args: argparse.Namespace) -> None:
@@ -208,10 +221,15 @@ def run_options(args: argparse.Namespace) -> RunOptions:
 
 
 def load_model(spec: str, args: argparse.Namespace) -> Policy:
-    """A Policy for ``spec`` through the local engine."""
+    """A Policy for ``spec`` through the local engine; a model that cannot be found or loaded (no such
+    directory, a hub id that cannot be reached offline) is a one-line :class:`CliError`."""
     from codea1.engine.hf_local import load_policy
+    from codea1.engine.loading import ModelLoadError
 
-    return load_policy(spec, EngineConfig(coder_model=spec, device=args.device, dtype=args.dtype))
+    try:
+        return load_policy(spec, EngineConfig(coder_model=spec, device=args.device, dtype=args.dtype))
+    except ModelLoadError as e:
+        raise CliError(f"--model {spec}: {' '.join(str(e).split())}") from None
 
 
 def sampling(args: argparse.Namespace, n: int) -> SamplingParams:

@@ -201,3 +201,33 @@ def test_a_leading_byte_order_mark_is_not_a_bad_row(tmp_path: Path) -> None:
     )
     assert [p.id for p in load_problems(str(path))] == ["p/1", "p/2"]
     assert [r["id"] for r in read_jsonl(path)] == ["p/1", "p/2"]
+
+
+def test_screen_with_no_such_model_is_one_line_before_anything_starts(
+    place: Place, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 35, item 6: ``data screen --model ./nosuch`` was an uncaught ``ModelLoadError``."""
+    argv = ["data", "screen", "--data", "demo:heldout", "--model", "./nosuch", "--output", place.out / "k.jsonl",
+            "--results-dir", place.out / "res", "--cache-dir", place.out / "cache"]  # fmt: skip
+    assert_one_line_error(run_cli(argv, capsys), "--model ./nosuch", "not found")
+    assert_untouched(place, {})
+
+
+def test_screen_with_a_hub_id_that_cannot_be_reached_is_one_line(
+    place: Place, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hub id is only tried when loaded; offline, the loader's (multi-line) reason becomes one line."""
+    from codea1.engine import hf_local
+    from codea1.engine.loading import ModelLoadError
+
+    def offline(spec: str, cfg: object) -> None:
+        raise ModelLoadError(f"could not load a tokenizer from {spec}: OSError: We couldn't connect to "
+                             "'https://huggingface.co'.\nCheck your internet connection.")  # fmt: skip
+
+    monkeypatch.setattr(hf_local, "load_policy", offline)
+    argv = ["data", "screen", "--data", "demo:heldout", "--limit", "1", "--model", "nosuchorg/nosuchmodel",
+            "--output", place.out / "k.jsonl", "--results-dir", place.out / "res", "--cache-dir",
+            place.out / "cache", "--workers", "1"]  # fmt: skip
+    outcome = run_cli(argv, capsys)
+    assert_one_line_error(outcome, "--model nosuchorg/nosuchmodel: could not load", "internet", alone=False)
+    assert not (place.out / "k.jsonl").exists()
