@@ -31,6 +31,7 @@ from codea1.cli.eval_args import (
     sampling,
 )
 from codea1.cli.eval_compare import run_compare
+from codea1.cli.eval_ult import add_iterative_options, iterative, run_iterative_tests
 from codea1.cli.outputs import write_output
 from codea1.core.estimators import ks_for
 from codea1.eval import runner
@@ -42,6 +43,8 @@ def register(subparsers: Any) -> None:
     verbs = {"code": run_code, "tests": run_tests, "bon": run_bon, "compare": run_compare}
     for name, parser in add_parsers(subparsers).items():
         parser.set_defaults(func=verbs.get(name, run_bigcodebench))
+        if name == "tests":
+            add_iterative_options(parser)
 
 
 def _say(msg: str) -> None:
@@ -116,6 +119,10 @@ def run_tests(args: argparse.Namespace) -> int:
     from codea1.eval.code_eval import sample_completions
     from codea1.eval.suite_eval import sample_suites, suites_checker, summarize_tests
 
+    if iterative(args):  # UnLeakedTestBench's K-query protocol (cli.eval_ult)
+        return run_iterative_tests(args, _say, _finish)
+    if args.example_tests:
+        raise CliError("--example-tests belongs to --protocol iterative")
     if bool(args.model) == bool(args.tests):
         raise CliError("give exactly one of --model or --tests")
     if args.coder and args.code_samples:

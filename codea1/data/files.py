@@ -1,4 +1,5 @@
-"""Decode problem files into raw rows: JSONL, gzipped JSONL and parquet, one dict per row.
+"""Decode problem files into raw rows: JSONL, gzipped JSONL, parquet and (``.json``) a JSON array of
+objects (UnLeakedTestBench's files), one dict per row.
 
 Rows that cannot be decoded (invalid UTF-8, not JSON, not an object) carry a reason instead of
 being dropped, so the checks can report them with their row number; which format the rows are in
@@ -31,9 +32,12 @@ def read_raw(path: Path) -> list[RawRow]:
         except (OSError, EOFError, zlib.error) as e:
             raise DataError(f"{path}: not a readable gzip file ({e})") from None
         return _decode_jsonl(data)
-    if name.endswith(".jsonl") or name.endswith(".json"):
+    if name.endswith(".json"):
+        data = path.read_bytes().removeprefix(codecs.BOM_UTF8)
+        return _decode_json_array(data) if data.lstrip().startswith(b"[") else _decode_jsonl(data)
+    if name.endswith(".jsonl"):
         return _decode_jsonl(path.read_bytes())
-    raise DataError(f"{path}: unsupported file type (expected .jsonl, .jsonl.gz or .parquet)")
+    raise DataError(f"{path}: unsupported file type (expected .jsonl, .jsonl.gz, .json or .parquet)")
 
 
 def _decode_jsonl(data: bytes) -> list[RawRow]:
@@ -65,6 +69,25 @@ def _decode_jsonl(data: bytes) -> list[RawRow]:
             rows.append((n, None, ("<json>", f"expected a JSON object, got {type(obj).__name__}")))
             continue
         rows.append((n, obj, None))
+    return rows
+
+
+def _decode_json_array(data: bytes) -> list[RawRow]:
+    """A ``.json`` file holding one array of objects; the row number is the element's 1-based index."""
+    try:
+        items = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        return [(1, None, ("<encoding>", f"invalid UTF-8 (byte 0x{data[e.start]:02x} at offset {e.start})"))]
+    except json.JSONDecodeError as e:
+        return [(1, None, ("<json>", f"not valid JSON ({e.msg} at line {e.lineno} column {e.colno})"))]
+    except RecursionError:
+        return [(1, None, ("<json>", "not usable JSON (nested too deeply)"))]
+    rows: list[RawRow] = []
+    for n, obj in enumerate(items, start=1):
+        if isinstance(obj, dict):
+            rows.append((n, obj, None))
+        else:
+            rows.append((n, None, ("<json>", f"expected a JSON object, got {type(obj).__name__}")))
     return rows
 
 

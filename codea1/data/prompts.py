@@ -1,7 +1,7 @@
 """Chat prompts for the two roles (docs/algorithm.md, steps 2 and 4) and their rendering with a tokenizer.
 
 The wording lives in plain-text templates under ``codea1/data/templates/``; placeholders are
-``{question}``, ``{code}``, ``{entry_point}`` and ``{n_tests}``. Only those four names are replaced,
+``{question}``, ``{code}``, ``{entry_point}``, ``{n_tests}`` and ``{earlier_tests}``. Only those names are replaced,
 in one pass, so braces elsewhere in a template and braces inside the substituted question or code are
 left as they are.
 
@@ -10,6 +10,9 @@ left as they are.
 * Tester, white-box (Code-A1): role, task, strategy, context (question + the candidate code, called
   "Buggy Code" even when it is correct), output format.
 * Tester, black-box (the Self-Play baseline): the same structure without the code.
+* Tester, UnLeakedTestBench's K-query task (:func:`iterative_tester_messages`): round 1 shows the
+  function and asks for one test; round i shows the function and the tests of rounds 1..i-1 and
+  asks for one new, different test.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any, Literal
 
 from codea1.types import Problem
 
-PLACEHOLDER = re.compile(r"\{(question|code|entry_point|n_tests)\}")
+PLACEHOLDER = re.compile(r"\{(question|code|entry_point|n_tests|earlier_tests)\}")
 DEFAULT_N_TESTS = 8
 
 
@@ -79,6 +82,19 @@ def tester_messages(
         code=(code or "").strip("\n"),
         entry_point=problem.entry_point,
         n_tests=n_tests,
+    )
+    return [{"role": "system", "content": template("tester_system")}, {"role": "user", "content": user}]
+
+
+def iterative_tester_messages(problem: Problem, code: str, earlier: list[str]) -> list[dict[str, str]]:
+    """System + user messages of one round of the K-query task: the function under test ``code``
+    and, after round 1, the ``earlier`` tests (one assert each); one new test is asked for."""
+    name = "ult_tester_next_user" if earlier else "ult_tester_first_user"
+    user = fill(
+        template(name),
+        code=code.strip("\n"),
+        entry_point=problem.entry_point,
+        earlier_tests="\n".join(t.strip() for t in earlier),
     )
     return [{"role": "system", "content": template("tester_system")}, {"role": "user", "content": user}]
 

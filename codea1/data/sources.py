@@ -7,7 +7,9 @@ readable rows:
 * ours: ``id, question, entry_point, reference`` (+ optional fields), the form of ``Problem.to_dict``;
 * the evalplus parquet (``GT_code, problem, test, extra_info``) and the reference implementation's
   parquet (``GT_code`` with ``clean_description`` or ``prompt``): ``loaders.reference``;
-* evalplus's own JSONL (``task_id, prompt, canonical_solution, entry_point``): ``loaders.evalplus``.
+* evalplus's own JSONL (``task_id, prompt, canonical_solution, entry_point``): ``loaders.evalplus``;
+* UnLeakedTestBench / PreLeakedTestBench (``func_name, code, task_id`` + ``prompt, test_list``, a
+  ``.json`` array): ``loaders.ult``. ``ult:PATH`` reads a file that must be in this format.
 
 ``humanevalplus`` / ``mbppplus`` resolve (:func:`resolve`), in order, to:
 
@@ -39,6 +41,8 @@ from codea1.data.loaders.ours import COLUMNS as OUR_COLUMNS
 from codea1.data.loaders.ours import OPTIONAL_COLUMNS as OUR_OPTIONAL_COLUMNS
 from codea1.data.loaders.ours import convert_ours
 from codea1.data.loaders.reference import convert_evalplus_parquet, convert_reference
+from codea1.data.loaders.ult import COLUMNS as ULT_COLUMNS
+from codea1.data.loaders.ult import convert_ult
 from codea1.data.rows import DataError, DataWarning, Issues, LoadedRow, repo_root
 from codea1.types import Problem
 
@@ -61,8 +65,9 @@ BUILTIN_SPECS = (
     "humaneval",
     "kodcode",
 )
-"""Names :func:`read_spec` understands besides file paths (``kodcode:<difficulty>`` also works)."""
-FILE_SUFFIXES = (".jsonl", ".jsonl.gz", ".parquet")
+"""Names :func:`read_spec` understands besides file paths (``kodcode:<difficulty>`` and ``ult:PATH``
+also work)."""
+FILE_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet")
 """File kinds :func:`read_spec` reads."""
 
 EVALPLUS_PARQUET_COLUMNS = frozenset({"GT_code", "problem", "test", "extra_info"})
@@ -79,6 +84,7 @@ CONVERTERS: dict[str, Converter] = {
     "evalplus_parquet": convert_evalplus_parquet,
     "reference": convert_reference,
     "evalplus_jsonl": convert_evalplus_jsonl,
+    "ult": convert_ult,
 }
 """The converter of each format :func:`detect_format` names."""
 
@@ -95,6 +101,8 @@ def read_spec(spec: str, *, limit: int = 0) -> list[LoadedRow]:
     if name == "kodcode" or name.startswith("kodcode:"):
         difficulty = name.partition(":")[2] or "hard"
         return read_kodcode(difficulty=difficulty, limit=limit)
+    if name.startswith("ult:"):
+        return read_ult(name.partition(":")[2].strip())
     path = Path(name).expanduser()
     if path.is_file():
         return read_file(path)
@@ -105,13 +113,13 @@ def read_spec(spec: str, *, limit: int = 0) -> list[LoadedRow]:
     if path.suffix or "/" in name or name.endswith(FILE_SUFFIXES):
         raise DataError(f"{name}: no such file")
     raise DataError(
-        f"unknown problem set {name!r}: use one of {', '.join(BUILTIN_SPECS)}, kodcode:<difficulty>, "
+        f"unknown problem set {name!r}: use one of {', '.join(BUILTIN_SPECS)}, kodcode:<difficulty>, ult:PATH, "
         f"or a path to a {'/'.join(FILE_SUFFIXES)} file"
     )
 
 
 def detect_format(columns: set[str]) -> str:
-    """``ours``, ``evalplus_parquet``, ``reference`` or ``evalplus_jsonl``; ``""`` if none matches."""
+    """``ours``, ``evalplus_parquet``, ``reference``, ``evalplus_jsonl`` or ``ult``; ``""`` if none matches."""
     if OUR_COLUMNS <= columns:
         return "ours"
     if EVALPLUS_PARQUET_COLUMNS <= columns:
@@ -120,6 +128,8 @@ def detect_format(columns: set[str]) -> str:
         return "reference"
     if EVALPLUS_JSONL_COLUMNS <= columns:
         return "evalplus_jsonl"
+    if ULT_COLUMNS <= columns:
+        return "ult"
     return ""
 
 
@@ -135,6 +145,7 @@ def _columns_error(path: Path, columns: set[str]) -> DataError:
         ("ours", OUR_COLUMNS),
         ("evalplus's JSONL", EVALPLUS_JSONL_COLUMNS),
         ("the evalplus parquet", EVALPLUS_PARQUET_COLUMNS),
+        ("UnLeakedTestBench's", ULT_COLUMNS),
     )
     name, needed = max(formats, key=lambda f: len(f[1] & columns))
     if len(needed & columns) >= 2:
@@ -198,6 +209,28 @@ def _converted(path: Path, raw: list[RawRow], convert: Converter, source: str) -
         problem, issues = convert(obj, source)
         out.append(LoadedRow(str(path), n, problem, issues))
     return out
+
+
+def read_ult(path_text: str) -> list[LoadedRow]:
+    """``ult:PATH``: an UnLeakedTestBench / PreLeakedTestBench file (a JSON array or JSONL of
+    ``func_name, code, task_id, prompt, test_list`` objects); another format is an error."""
+    if not path_text:
+        raise DataError("ult: give the path of an UnLeakedTestBench file (ult:PATH, e.g. ult:ULT_Lite.json)")
+    path = Path(path_text).expanduser()
+    if not path.is_file():
+        raise DataError(
+            f"{path_text}: no such file" if not path.exists() else f"{path_text}: not a regular file"
+        )
+    raw = read_raw(path)
+    columns = {str(k) for _, obj, _ in raw if obj is not None for k in obj}
+    if raw and columns and not ULT_COLUMNS <= columns:
+        missing = ", ".join(repr(c) for c in sorted(ULT_COLUMNS - columns))
+        raise DataError(
+            f"{path}: missing column(s) {missing} (UnLeakedTestBench needs {', '.join(sorted(ULT_COLUMNS))})"
+        )
+    if not raw:
+        raise DataError(f"{path}: no rows")
+    return _converted(path, raw, convert_ult, "")
 
 
 def read_demo(split: str) -> list[LoadedRow]:

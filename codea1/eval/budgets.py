@@ -38,6 +38,8 @@ DEFAULT_FACTOR = 4.0
 """Budget multiple of the reference's CPU time (evalplus uses 4x the ground truth's time)."""
 TIMINGS_VERSION = 2
 """Bumped when what a cached measurement holds changes (2: sentinel candidates)."""
+NO_HARNESS = "no harness"
+"""The error of a problem without a harness: nothing to time it against (its budget is the floor)."""
 MEASURE_TIMEOUT_S = 600.0
 """Wall-clock limit for measuring one reference; slower references are recorded as failing."""
 
@@ -104,7 +106,7 @@ def _limit_cpu(seconds: float) -> Callable[[], None]:
 def measure_reference(problem: Problem, timeout_s: float = MEASURE_TIMEOUT_S) -> ReferenceTiming:
     """Run ``problem.reference`` against ``problem.harness`` once and time it (CPU seconds)."""
     if not problem.harness:
-        return ReferenceTiming(0.0, False, "no harness")
+        return ReferenceTiming(0.0, False, NO_HARNESS)
     harness = harness_program(problem, problem.harness)
     job = {"reference": problem.reference, "harness": harness, "entry_point": problem.entry_point}
     with tempfile.TemporaryDirectory(prefix="codea1-reftime-") as tmp:

@@ -59,9 +59,12 @@ _COMPARE: dict[type, type] = {
 
 @dataclass(frozen=True)
 class Mutant:
-    """One mutated program: its kind, a short description of the change, and its source."""
+    """One mutated program: its kind, a short description of the change, and its source.
 
-    kind: MutantKind
+    ``kind`` is one of :data:`MUTANT_KINDS` here, a Cosmic-Ray operator family in
+    ``codea1.eval.cosmic_mutants``."""
+
+    kind: str
     description: str
     source: str
 

@@ -22,6 +22,7 @@ from codea1.data.problems import dataset_hash, load_problems
 from codea1.eval.budgets import (
     DEFAULT_FACTOR,
     DEFAULT_FLOOR_S,
+    NO_HARNESS,
     TIMINGS_VERSION,
     check_budget,
     reference_failures,
@@ -183,8 +184,12 @@ def reference_budgets(
         timings = reference_timings(problems, cache, workers=options.workers)
     except (ValueError, TypeError) as e:  # a damaged cache file
         raise EvalInputError(f"reference timings cache {cache}: {e}; delete it to measure again") from None
-    for pid, err in sorted(reference_failures(timings).items()):
-        say(f"warning: reference of {pid} fails its own harness: {err}")
+    failures = reference_failures(timings)
+    for pid, err in sorted(failures.items()):
+        if err != NO_HARNESS:
+            say(f"warning: reference of {pid} fails its own harness: {err}")
+    if bare := sorted(pid for pid, err in failures.items() if err == NO_HARNESS):
+        say(f"{len(bare)} problems have no harness (e.g. {bare[0]}): their check budget is the floor")
     for pid, passed in sorted(vacuous_harnesses(timings).items()):
         say(f"warning: the harness of {pid} cannot fail (passed sentinel candidates: {passed})")
     budgets = {
