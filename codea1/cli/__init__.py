@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any, TextIO
 
 from codea1 import __version__
+from codea1.cli.compile_cache import no_empty_compile_cache
 from codea1.cli.interrupts import ignore_interrupts
 from codea1.config import ConfigError
 from codea1.data.problems import DataError, DataWarning
@@ -63,7 +64,13 @@ def main(argv: list[str] | None = None) -> int:
     Run as the program (``argv`` None), the command's end is also the end of interrupts: from the
     moment it has returned or printed its one line, Ctrl-C and SIGTERM are ignored, so the exit
     callbacks run to the end (torch's finalizers once printed a ``KeyboardInterrupt`` traceback).
+    An empty compile cache that torch made meanwhile is removed at the end (:mod:`codea1.cli.compile_cache`).
     """
+    with no_empty_compile_cache():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     program = argv is None
     try:
         parser = build_parser()  # imports every verb (torch among them): seconds a Ctrl-C may land in

@@ -121,6 +121,41 @@ def test_sigkill_of_the_cli_loses_nothing_committed(tmp_path: Path) -> None:
     assert [r["step"] for r in read_metrics(run_dir)] == [1, 2, 3]
 
 
+def test_a_run_leaves_nothing_in_the_temporary_directory(tmp_path: Path) -> None:
+    """Issue 35, item 9: building a torch optimizer imports ``torch._dynamo``, which creates
+    ``$TMPDIR/torchinductor_<user>``; every run, even a scripted one, left it behind, empty. A cache
+    that holds files, or one ``TORCHINDUCTOR_CACHE_DIR`` names, stays."""
+    tmp, kept = tmp_path / "tmp", tmp_path / "tmp2"
+    tmp.mkdir()
+    kept.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+    cmd = [sys.executable, "-m", "codea1", "train", *FAST, "--steps", "1"]
+    done = subprocess.run([*cmd, "--run-dir", str(tmp_path / "run")], env={**env, "TMPDIR": str(tmp)},
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(tmp.iterdir()) == []
+    used = kept / "torchinductor_mine"  # the user's own cache directory: left as it is
+    done = subprocess.run([*cmd, "--run-dir", str(tmp_path / "run2")], timeout=300, capture_output=True,
+                          env={**env, "TMPDIR": str(kept), "TORCHINDUCTOR_CACHE_DIR": str(used)})  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert used.is_dir()
+
+
+def test_a_compile_cache_that_holds_files_stays(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from codea1.cli import compile_cache
+
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.setattr(compile_cache.tempfile, "tempdir", str(tmp_path))
+    made = Path(compile_cache.default_compile_cache())
+    with compile_cache.no_empty_compile_cache():
+        (made / "dynamo").mkdir(parents=True)
+    assert not made.exists()  # made here, empty: removed
+    with compile_cache.no_empty_compile_cache():
+        (made / "fxgraph").mkdir(parents=True)
+        (made / "fxgraph" / "entry").write_text("compiled")
+    assert (made / "fxgraph" / "entry").exists()  # a real cache: kept
+
+
 @pytest.mark.slow
 def test_smollm2_one_step_writes_a_complete_run_dir(tmp_path: Path) -> None:
     require_demo_model()
