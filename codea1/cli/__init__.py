@@ -22,6 +22,7 @@ from codea1.cli.compile_cache import no_empty_compile_cache
 from codea1.cli.interrupts import ignore_interrupts
 from codea1.config import ConfigError
 from codea1.data.problems import DataError, DataWarning
+from codea1.sandbox.executor import SandboxUnavailable
 
 SUBCOMMANDS = (
     "data", "sandbox", "score", "mistakes", "train", "eval", "compare", "export", "report", "doctor",
@@ -94,6 +95,10 @@ def _main(argv: list[str] | None) -> int:
         except OSError as e:
             _finished(program)
             print(f"codea1: error: {os_error_line(e)}", file=sys.stderr)
+            return 2
+        except SandboxUnavailable as e:  # a host fault (e.g. a memory limit it cannot set), never results
+            _finished(program)
+            print(f"codea1: error: {e}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:
             _finished(program)

@@ -154,6 +154,10 @@ def check_options(args: argparse.Namespace, files: Sequence[str] = ()) -> None:
     check_workers(args.workers)
     if not 64 <= args.memory_mb <= 1 << 20:
         raise CliError(f"--memory-mb must be in [64, {1 << 20}], got {args.memory_mb}")
+    from codea1.sandbox.local import memory_limit_refusal  # the worker machinery: imported on use
+
+    if refusal := memory_limit_refusal(args.memory_mb):
+        raise CliError(refusal)
     check_at_least(args.limit, "--limit", 0)
     check_at_least(args.chunk, "--chunk", 1)
     check_at_most(args.chunk, "--chunk", MAX_CHUNK)

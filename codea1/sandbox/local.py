@@ -12,6 +12,7 @@ import atexit
 import marshal
 import os
 import queue
+import resource
 import select
 import shutil
 import signal
@@ -60,6 +61,24 @@ def strict_refusal(layers: dict[str, str]) -> str:
     still_open = open_channels(layers)
     return f"strict isolation: layers not active: {', '.join(missing)}" + (
         f" (open channels: {'; '.join(still_open)})" if still_open else ""
+    )
+
+
+def memory_limit_refusal(memory_mb: int) -> str:
+    """Why a program cannot get the address-space limit ``memory_mb`` (MiB), or "" when it can.
+
+    Each program process sets ``RLIMIT_AS`` to ``memory_mb`` and cannot raise it past the hard
+    limit it inherits from this process. Failing there would mark every program, the reference
+    solutions included, ``sandbox setup failed``: a host fault reported as results, so it is
+    refused before anything starts.
+    """
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    if hard == resource.RLIM_INFINITY or memory_mb << 20 <= hard:
+        return ""
+    return (
+        f"cannot give sandboxed programs their memory limit: memory_mb={memory_mb} MiB (--memory-mb, "
+        f"sandbox.memory_mb) is above this process's hard address-space limit of {hard >> 20} MiB "
+        "(ulimit -Hv); lower the memory limit or raise the hard limit"
     )
 
 
@@ -236,6 +255,8 @@ class Sandbox(TaskExecutor):
         self._closed = True  # until the scratch root exists: close() has nothing to do
         self.config = config or default_sandbox_config()
         check_config(self.config)
+        if refusal := memory_limit_refusal(self.config.memory_mb):
+            raise SandboxUnavailable(refusal)
         n = self.config.workers or os.cpu_count() or 1
         if n < 1:
             raise ValueError(f"sandbox config: workers must be >= 0, got {self.config.workers}")
@@ -276,6 +297,8 @@ class Sandbox(TaskExecutor):
         """
         if self._closed:
             raise SandboxUnavailable("the sandbox is closed")
+        if tasks and (refusal := memory_limit_refusal(max(t.memory_mb for t in tasks))):
+            raise SandboxUnavailable(refusal)  # a task's own budget past the host's limit
         results: list[ProgramOutcome | None] = [None] * len(tasks)
         order = sorted(range(len(tasks)), key=lambda i: -len(tasks[i].exprs))
         todo: queue.SimpleQueue[int] = queue.SimpleQueue()

@@ -7,6 +7,9 @@ results directory (the default one lives in the working directory), no timings c
 from __future__ import annotations
 
 import json
+import resource
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,9 +18,11 @@ from codea1.limits import max_workers
 
 from .reliability_cli import (
     FIXTURES,
+    Outcome,
     Place,
     assert_one_line_error,
     assert_untouched,
+    cli_env,
     place_fixture,  # noqa: F401 - the `place` fixture
     run_cli,
     run_process,
@@ -192,3 +197,21 @@ def test_compare_of_broken_metrics_files(
     outcome = run_cli(["eval", "compare", metrics, metrics], capsys)
     assert_one_line_error(outcome, needle)
     assert_untouched(place, snapshot)
+
+
+def test_a_memory_limit_above_the_hard_limit_is_one_line_not_a_score(place: Place) -> None:
+    """Issue 35, item 5: under ``ulimit -Hv`` below ``--memory-mb`` every sample, the references
+    included, was ``sandbox setup failed`` and ``eval code`` exited 0 with pass@1 0.00."""
+    samples = _write(place, "samples.jsonl", [{"id": "fx/clamp", "completion": CLAMP}])
+    before = tree(place.data)
+    argv = [str(a) for a in _argv(place, "code", "--samples", samples, "--output", place.out / "m.json",
+                                  "--results-dir", place.out / "res", "--memory-mb", "8192")]  # fmt: skip
+
+    def hard_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (6144 << 20, 6144 << 20))
+
+    done = subprocess.run([sys.executable, "-m", "codea1", *argv], cwd=place.cwd, env=cli_env(place.tmp),
+                          capture_output=True, text=True, timeout=120, preexec_fn=hard_limit)  # fmt: skip
+    outcome = Outcome(done.returncode, done.stdout, done.stderr)
+    assert_one_line_error(outcome, "memory_mb=8192", "hard address-space limit of 6144 MiB")
+    assert_untouched(place, before)

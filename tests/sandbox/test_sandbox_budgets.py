@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -71,3 +74,41 @@ def test_check_burning_twelve_cpu_seconds_passes_within_forty(sandbox: Sandbox) 
     )
     (v,) = sandbox.run_checks([CheckJob("burn", REF, "f", burn, cpu_s=40.0)])
     assert (v.status, v.reason) == ("pass", "")
+
+
+HARD_AS_MIB = 6144
+"""A hard address-space limit the caller may have (``ulimit -Hv``), below the memory asked for."""
+UNDER_A_HARD_LIMIT = f"""
+import resource
+resource.setrlimit(resource.RLIMIT_AS, ({HARD_AS_MIB} << 20, {HARD_AS_MIB} << 20))
+from codea1.config import SandboxConfig
+from codea1.sandbox import Sandbox, SandboxUnavailable
+from codea1.sandbox.tasks import ProgramTask
+
+try:
+    Sandbox(SandboxConfig(workers=1, memory_mb=8192)).close()
+    print("started")
+except SandboxUnavailable as e:
+    print("refused:", e)
+with Sandbox(SandboxConfig(workers=1)) as sb:  # 2048 MiB: within the limit
+    ok = ProgramTask("def f(x):\\n    return x\\n", "f", ("f(1)",))
+    print("ran:", sb.run_tasks([ok])[0].load_status)
+    try:
+        print("ran:", sb.run_tasks([ProgramTask("def f(x):\\n    return x\\n", "f", ("f(1)",), memory_mb=8192)]))
+    except SandboxUnavailable as e:
+        print("refused:", e)
+"""
+
+
+def test_a_memory_limit_the_host_cannot_give_is_refused_not_reported_as_results() -> None:
+    """Issue 35, item 5: under a hard ``RLIMIT_AS`` below ``memory_mb`` every program, the reference
+    solutions included, was marked ``sandbox setup failed``: a host fault scored as results. The
+    sandbox refuses it (at start, and for a task whose own budget is past it) instead."""
+    done = subprocess.run([sys.executable, "-c", UNDER_A_HARD_LIMIT], capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).resolve().parents[2])  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert len(lines) == 3, lines
+    assert lines[0].startswith("refused: cannot give sandboxed programs their memory limit: memory_mb=8192")
+    assert f"hard address-space limit of {HARD_AS_MIB} MiB" in lines[0]
+    assert lines[1] == "ran: pass" and lines[2].startswith("refused: cannot give sandboxed programs")
