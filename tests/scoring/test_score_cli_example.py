@@ -31,6 +31,7 @@ def run_score(tmp_path: Path, name: str, db: Path) -> dict:
 
 def test_worked_example_reproduces_the_documented_numbers(tmp_path):
     db = tmp_path / "run" / "mistake_book.sqlite"
+    db.parent.mkdir()  # a book's directory must exist, as any output's
     first = run_score(tmp_path, "first.jsonl", db)
     assert first["code_rewards"] == pytest.approx([1.0, 1 / 6])
     assert sum(first["suite_rewards"], []) == pytest.approx([0.25, 0.0625, 0.3125, -1 / 9])
