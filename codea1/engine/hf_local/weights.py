@@ -85,8 +85,17 @@ class AdapterWeights:
 
     @contextlib.contextmanager
     def reference_model(self) -> Iterator[Any]:
-        """The base model with every adapter disabled."""
+        """The base model with every adapter disabled.
+
+        peft's ``disable_adapter`` also marks the adapters frozen; this adapter's parameters are
+        marked trainable again inside it (a disabled adapter takes no part in the forward, so the
+        flag changes nothing there). FSDP2 reads the flag at its first forward to choose the
+        gradient reduce dtype: a first forward that is the reference's would otherwise reduce this
+        adapter's gradients in bf16 onto its fp32 masters (a RuntimeError at the first backward)."""
+        trainable = list(self.trainable().values())
         with self.peft_model.disable_adapter():
+            for p in trainable:
+                p.requires_grad_(True)
             yield self.peft_model.get_base_model()
 
 
