@@ -196,9 +196,13 @@ def check_options(args: argparse.Namespace, files: Sequence[str] = ()) -> None:
 
 def check_model(spec: str) -> None:
     """Refuse (one :class:`CliError` line) a ``--model`` that names nothing (no such file or
-    directory, not a hub id), before anything starts; a hub id is only tried when it is loaded."""
+    directory, not a hub id), before anything starts; a hub id is only tried when it is loaded.
+    A training checkpoint's role directory (``RUN_DIR/checkpoints/step_N/coder``) names a model."""
+    from codea1.engine.hf_local.roles import is_checkpoint_role
     from codea1.engine.loading import ModelLoadError, resolve_model
 
+    if is_checkpoint_role(Path(spec).expanduser()):
+        return
     try:
         resolve_model(spec)
     except ModelLoadError as e:

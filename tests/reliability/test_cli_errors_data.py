@@ -231,3 +231,18 @@ def test_screen_with_a_hub_id_that_cannot_be_reached_is_one_line(
     outcome = run_cli(argv, capsys)
     assert_one_line_error(outcome, "--model nosuchorg/nosuchmodel: could not load", "internet", alone=False)
     assert not (place.out / "k.jsonl").exists()
+
+
+def test_a_checkpoint_role_directory_passes_the_model_check(tmp_path: Path) -> None:
+    """A role directory of a training checkpoint has no config.json (its base model is named in
+    ``config.yaml`` one level up) and is a model ``eval --model`` loads; a bare weights file is not."""
+    from codea1.cli import CliError
+    from codea1.cli.eval_args import check_model
+
+    role = tmp_path / "checkpoints" / "step_000001" / "coder"
+    role.mkdir(parents=True)
+    (role / "weights.safetensors").write_bytes(b"")
+    with pytest.raises(CliError, match="no config.json"):
+        check_model(str(role))
+    (role.parent / "config.yaml").write_text("engine: {}\n")
+    check_model(str(role))

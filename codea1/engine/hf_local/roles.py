@@ -180,13 +180,19 @@ def load_policy(model_spec: str, engine_cfg: EngineConfig, batch_size: int = 16)
     base) are loaded on top.
     """
     role_dir = Path(model_spec)
-    if (role_dir / WEIGHTS_FILE).is_file() and (role_dir.parent / "config.yaml").is_file():
+    if is_checkpoint_role(role_dir):
         return _load_checkpoint_policy(role_dir, engine_cfg, batch_size)
     model, tok = load_model_and_tokenizer(
         model_spec, engine_cfg.dtype, engine_cfg.device, engine_cfg.cache_dir
     )
     model.requires_grad_(False).eval()
     return HFPolicy(ModuleRollout(model), tok, batch_size)
+
+
+def is_checkpoint_role(path: Path) -> bool:
+    """Whether ``path`` is a role directory of a training checkpoint (its trained weights beside
+    the checkpoint's ``config.yaml`` one level up), which :func:`load_policy` loads."""
+    return (path / WEIGHTS_FILE).is_file() and (path.parent / "config.yaml").is_file()
 
 
 def _load_checkpoint_policy(role_dir: Path, engine_cfg: EngineConfig, batch_size: int) -> HFPolicy:
