@@ -70,7 +70,9 @@ def cosmic_ray_mutants(source: str, limit: int = 0) -> list[Mutant]:
 
     Raises :class:`MutantsUnavailable` without the package, ``SyntaxError`` if ``source`` does not
     compile."""
-    compile(source, "<function>", "exec")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compile(source, "<function>", "exec")
     plugins, _, mutate_code = _library()
     sites = positions(source)
     if 0 < limit < len(sites):
