@@ -38,6 +38,7 @@ def test_the_cpu_engine_arguments_are_unchanged() -> None:
         "enforce_eager": True,
         "use_tqdm_on_load": False,
         "max_num_batched_tokens": max(sequences * longest, 4096),
+        "weight_transfer_config": {"backend": "codea1_buckets"},  # syncs through vLLM's API
     }
     args = vroles.engine_args(cfg, "/m", torch.float32, in_process=True, model_config=SMOL)
     assert args == expected  # no gpu_memory_utilization: vLLM's CPU worker ignores it with a KV size
@@ -60,7 +61,8 @@ def test_the_cuda_engine_arguments_are_its_budget() -> None:
         args["dtype"] == "bfloat16" and args["enforce_eager"] is False and args["enable_sleep_mode"] is True
     )
     assert "max_num_batched_tokens" not in args  # vLLM's own default for the GPU
-    assert args["worker_extension_cls"] == "codea1.engine.vllm_local.weight_sync.WeightSyncExtension"
+    assert args["weight_transfer_config"] == {"backend": "ipc"}  # vLLM's CUDA IPC beside the learners
+    assert "worker_extension_cls" not in args
     with pytest.raises(ValueError, match="budget"):
         vroles.engine_args(cfg, "/m", torch.bfloat16, in_process=False)
 
@@ -76,8 +78,9 @@ def test_a_gpu_without_room_is_one_clear_error_before_vllm_starts(monkeypatch: p
     with pytest.raises(vroles.VLLMStartError, match="beside the learners on one GPU: coder engine") as e:
         vroles.local_budgets(cfg, {"coder": "/m", "tester": "/m"}, torch.bfloat16, shared=False)
     assert "\n" not in str(e.value) and "engine.vllm_kv_cache_gib" in str(e.value)
-    colocated = load_config("paper-7b-ray", ["cluster.placement=colocate", "engine.vllm_kv_cache_gib=0"])
-    with pytest.raises(vroles.VLLMStartError, match="rollout replica: coder replica"):
+    # one rank holding a whole 7B learner does not fit beside its sleeping replica
+    colocated = load_config("paper-7b-ray", ["cluster.learner_workers=1", "engine.vllm_kv_cache_gib=0"])
+    with pytest.raises(vroles.VLLMStartError, match="rollout replica: .* while the engines sleep"):
         vroles.replica_budget(colocated, ["coder"], "/m", torch.bfloat16)
     stub_gpu(monkeypatch, QWEN_1_5B, 79.0)
     budget = vroles.replica_budget(load_config("paper-1.5b-ray"), ["coder"], "/m", torch.bfloat16)
@@ -88,6 +91,8 @@ def test_a_gpu_without_room_is_one_clear_error_before_vllm_starts(monkeypatch: p
 class FakeRoles:
     coder_policy: Any
     tester_policy: Any
+    coder_learner: Any = None
+    tester_learner: Any = None
 
 
 def test_the_local_backend_starts_both_engines_with_their_budgets_in_order(
@@ -98,6 +103,7 @@ def test_the_local_backend_starts_both_engines_with_their_budgets_in_order(
 
     def start(cfg: Any, location: str, dtype: torch.dtype, in_process: bool, **kw: Any) -> str:
         assert not in_process and dtype == torch.bfloat16
+        assert kw["sleep_mode"] is True  # beside the learners on CUDA: vLLM's sleep mode
         started.append((location, kw["budget"]))
         return f"engine {len(started)}"
 
@@ -106,11 +112,14 @@ def test_the_local_backend_starts_both_engines_with_their_budgets_in_order(
     monkeypatch.setattr(vroles, "start_engine", start)
     cfg = load_config("paper-1.5b", ["engine.rollout=vllm", "engine.tester_model=Qwen/Other"])
     hf = SimpleNamespace(tokenizer=None, eos_ids={2, 1})
-    roles = vroles.attach_vllm(FakeRoles(hf, hf), cfg, shared=False)
+    learners = [SimpleNamespace(before_work=[]), SimpleNamespace(before_work=[])]
+    roles = vroles.attach_vllm(FakeRoles(hf, hf, *learners), cfg, shared=False)
+    assert [len(x.before_work) for x in learners] == [2, 2]  # each learner sleeps both engines
     plan = mem.local_plan(cfg, {"coder": QWEN_1_5B, "tester": QWEN_1_5B}, 139.0, shared=False, weight_bytes=2)
     assert started == [
         ("/models/Qwen/Qwen2.5-Coder-1.5B-Instruct", plan.engines[0]),
         ("/models/Qwen/Other", plan.engines[1]),
     ]
     assert roles.coder_policy.rollout.llm == "engine 1" and roles.tester_policy.rollout.llm == "engine 2"
+    assert roles.coder_policy.rollout.sleeper.enabled and roles.tester_policy.rollout.sleeper.enabled
     assert sorted(roles.tester_policy.eos_ids) == [1, 2]

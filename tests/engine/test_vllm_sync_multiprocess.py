@@ -1,8 +1,9 @@
 """The weight sync into a vLLM engine in its own process (vLLM's normal mode, as on CUDA), on CPU.
 
 SmolLM2-135M, fp32: the engine core runs in a child process (``VLLM_ENABLE_V1_MULTIPROCESSING=1``)
-with codea1's ``worker_extension_cls``; weights travel in buckets of 32 MiB through
-``collective_rpc`` (no file, nothing in ``/dev/shm``). After a push the engine samples the learner's
+with vLLM's weight-transfer backend ``codea1_buckets`` (registered there by codea1's
+``worker_extension_cls``); weights travel in buckets of 32 MiB through vLLM's weight-transfer API
+(``LLM.update_weights``; no file, nothing in ``/dev/shm``). After a push the engine samples the learner's
 new weights: sampled-token log-probs match the learner's within 1e-3 (as for the in-process engine,
 ``test_vllm_engine.py``) and greedy completions equal transformers' on the learner's weights. Then
 the same weights, rounded to bf16 in the learner, are sent as bf16 (the GPU rollout dtype): half
@@ -56,7 +57,7 @@ def start_multiprocess_engine(cfg, location: str):
         max_model_len,
         max_sequences,
     )
-    from codea1.engine.vllm_local.weight_sync import WEIGHT_SYNC_EXTENSION
+    from codea1.engine.vllm_local.weight_sync import BUCKETS_BACKEND, REGISTERING_EXTENSION
 
     quiet_vllm_logging()
     return LLM(
@@ -69,7 +70,8 @@ def start_multiprocess_engine(cfg, location: str):
         kv_cache_memory_bytes=kv_cache_bytes(cfg, AutoConfig.from_pretrained(location), torch.float32),
         logprobs_mode="processed_logprobs",
         enforce_eager=True,
-        worker_extension_cls=WEIGHT_SYNC_EXTENSION,
+        weight_transfer_config={"backend": BUCKETS_BACKEND},
+        worker_extension_cls=REGISTERING_EXTENSION,  # registers codea1_buckets in the engine's process
         **cpu_scheduler_args(cfg),
     )
 

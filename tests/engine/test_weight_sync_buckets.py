@@ -1,7 +1,7 @@
 """Buckets of a weight sync to a multiprocess vLLM engine: bounded, in order, cast, exact round trip.
 
-No engine starts here: a fake one records the calls (``tests/engine/test_vllm_sync_multiprocess.py``
-syncs a real one).
+No engine starts here: a fake one records the calls of vLLM's weight-transfer API
+(``tests/engine/test_vllm_sync_multiprocess.py`` syncs a real one).
 """
 
 from __future__ import annotations
@@ -65,7 +65,9 @@ def test_fp32_travels_exactly_and_an_empty_bucket_is_fine() -> None:
 
 
 class FakeEngine:
-    """Stands for ``vllm.LLM`` in its multiprocess mode: records the calls, unpacks each bucket."""
+    """Stands for ``vllm.LLM`` in its multiprocess mode: records the calls of vLLM's weight-transfer
+    API (``LLM.start_weight_update`` / ``update_weights`` / ``finish_weight_update``) and hands each
+    chunk to the real worker-side engine's parser, then unpacks it."""
 
     def __init__(self, dtype: torch.dtype, fail_at: int | None = None) -> None:
         self.llm_engine = SimpleNamespace(model_config=SimpleNamespace(dtype=dtype))
@@ -73,31 +75,43 @@ class FakeEngine:
         self.received: dict[str, torch.Tensor] = {}
         self.fail_at = fail_at
 
-    def collective_rpc(self, method, args=(), kwargs=None):
-        self.calls.append(method)
-        if method == "codea1_sync_bucket":
-            if self.fail_at is not None and self.calls.count(method) == self.fail_at:
-                raise RuntimeError("worker died")
-            meta, blob = args
-            self.received.update({n: t.clone() for n, t in unpack(meta, bytes(blob))})
-        return [None]
+    def init_weight_transfer_engine(self, request) -> None:
+        assert request == {"init_info": {}}  # codea1_buckets needs no rendezvous
+        self.calls.append("init_weight_transfer_engine")
+
+    def start_weight_update(self) -> None:
+        self.calls.append("start_weight_update")
+
+    def update_weights(self, request) -> None:
+        from codea1.engine.vllm_local.bucket_engine import BucketUpdateInfo
+
+        self.calls.append("update_weights")
+        if self.fail_at is not None and self.calls.count("update_weights") == self.fail_at:
+            raise RuntimeError("worker died")
+        info = BucketUpdateInfo(**request["update_info"])
+        self.received.update({n: t.clone() for n, t in unpack(info.meta, bytes(info.blob))})
+
+    def finish_weight_update(self, weight_version=None) -> None:
+        self.calls.append("finish_weight_update")
 
     def reset_prefix_cache(self) -> None:
         self.calls.append("reset_prefix_cache")
 
 
-def test_a_multiprocess_sync_sends_buckets_in_the_engines_dtype_between_begin_and_finish() -> None:
+def test_a_multiprocess_sync_sends_buckets_in_the_engines_dtype_through_vllms_weight_transfer_api() -> None:
     from codea1.engine.vllm_local.policy import VLLMPolicy, VLLMRollout
 
     weights = _weights()
     engine = FakeEngine(torch.bfloat16)
     rollout = VLLMRollout(engine, in_process=False, bucket_bytes=1024)
     assert rollout.dtype == torch.bfloat16  # the engine's own
+    assert rollout.backend == "codea1_buckets"  # an engine that names no backend
     policy = VLLMPolicy(rollout, tokenizer=None, eos_ids=[0], role="coder")
     policy.load_weights(weights)
     count = len(list(buckets(weights, torch.bfloat16, 1024)))
     assert engine.calls == [
-        "codea1_sync_begin", *["codea1_sync_bucket"] * count, "codea1_sync_finish", "reset_prefix_cache",
+        "init_weight_transfer_engine", "start_weight_update", *["update_weights"] * count,
+        "finish_weight_update", "reset_prefix_cache",
     ]  # fmt: skip
     for name, tensor in weights.items():
         assert torch.equal(
@@ -111,12 +125,15 @@ def test_a_multiprocess_sync_sends_buckets_in_the_engines_dtype_between_begin_an
         "buckets": count,
     }
     assert policy.last_stats == {"sync_seconds": policy.last_sync["seconds"], "sync_bytes": sent}
+    policy.load_weights(weights)  # the handshake happens once
+    assert engine.calls.count("init_weight_transfer_engine") == 1
+    assert engine.calls[-2:] == ["finish_weight_update", "reset_prefix_cache"]
 
 
-def test_a_failed_bucket_still_ends_the_reload() -> None:
+def test_a_failed_bucket_still_ends_the_update() -> None:
     from codea1.engine.vllm_local.policy import VLLMRollout
 
     engine = FakeEngine(torch.float32, fail_at=2)
     with pytest.raises(RuntimeError, match="worker died"):
         VLLMRollout(engine, in_process=False, bucket_bytes=1024).load_weights(_weights())
-    assert engine.calls[-1] == "codea1_sync_finish"
+    assert engine.calls[-1] == "finish_weight_update"

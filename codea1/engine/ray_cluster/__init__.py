@@ -4,7 +4,10 @@ replicas running as Ray actors through the same ``Policy`` / ``Learner`` seam as
 :func:`build_ray_roles` joins (or starts) the cluster, reserves one placement group for the run
 (``placement.py``), starts a learner group per trained role (``learner_group.py``: FSDP2 ranks,
 ``learner_worker.py``) and a replica group per sampled model (``rollout_group.py``,
-``rollout_replica.py``). docs/cluster.md describes the layout; only ``engine.build`` imports this.
+``rollout_replica.py``). With ``placement: colocate`` and vLLM replicas, a role's replicas sleep
+while its ranks compute and its ranks move to host memory while the replicas sample (on CUDA;
+docs/cluster.md, "On one 8-GPU node"). docs/cluster.md describes the layout; only ``engine.build``
+imports this.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from codea1.engine.ray_cluster.learner_group import RayLearnerGroup, RemoteWeigh
 from codea1.engine.ray_cluster.placement import Layout, plan, reserve
 from codea1.engine.ray_cluster.rollout_group import RayPolicy, ReplicaGroup
 from codea1.engine.ray_cluster.session import RayUnavailable, connect, gather, starts_local_cluster
+from codea1.engine.ray_cluster.transfer import direct_backend
 
 __all__ = [
     "RayLearnerGroup",
@@ -68,17 +72,23 @@ def build_ray_roles(cfg: RunConfig, *, rollout: str, shared: bool, schedules: di
     layout = reserve(planned, can_grow=not starts_local_cluster(cfg.cluster))
     learners: dict[str, RayLearnerGroup] = {}
     groups: list[ReplicaGroup] = []
+    colocate = cfg.cluster.placement == "colocate"
     try:
         for role in roles:
             optim, total = schedules[role]
-            learners[role] = RayLearnerGroup(cfg, role, layout, optim, total, shared=shared)
+            offload = colocate and rollout == "vllm" and role in replica_roles  # shares its GPUs
+            learners[role] = RayLearnerGroup(cfg, role, layout, optim, total, shared=shared, offload=offload)
         policies: dict[str, RayPolicy] = {}
         for name, served in replica_roles.items():
             group = ReplicaGroup(cfg, name, cfg.engine.role_model(name), served, rollout, layout)
             groups.append(group)
             policies.update({r: RayPolicy(group, r, rollout) for r in served})
-            if cfg.cluster.placement == "colocate" and name in learners:  # they share these bundles
+            direct = direct_backend(group.backends)
+            if direct and name in learners:  # vLLM's nccl / ipc from the learner ranks (not yet run on a GPU)
+                learners[name].connect(group.replicas, direct)
+            if colocate and name in learners:  # they share these bundles
                 learners[name].before_work.append(group.sleep)
+                group.before_wake.append(learners[name].offload)
     except BaseException:
         for learner in learners.values():
             learner.close()

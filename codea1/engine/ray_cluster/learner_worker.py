@@ -9,11 +9,20 @@ agreed over the group, so an update equals the one-process update on the whole b
 run's dtype is bf16, the ranks keep fp32 master weights and AdamW state and compute in bf16 (FSDP2
 mixed precision): pure bf16 weights would round most updates at the paper's lr of 1e-6 away.
 
+On CUDA the frozen reference is sharded with FSDP2's ``CPUOffloadPolicy`` (the reference's
+``ref.fsdp_config.param_offload``): its shards live in host memory and each layer is copied in for
+its all-gather. Colocated with replicas, a rank moves its weights and AdamW state to host memory
+when asked (``offload``) and takes them back before it next computes (``HFLearner.onload``).
+
 A weight sync (``named_weights``) gathers full weights tensor by tensor in the rollout dtype (the
 compute dtype, which the replicas sample in: bf16 on GPU), onto rank 0's CPU only; LoRA tensors
 travel in their own dtype (the replicas merge them into the base). Checkpoints keep the fp32 masters.
 
-Imports: torch, config, engine.base, engine.hf_local, engine.loading.
+A rank of a group connected to its replicas by vLLM's ``nccl`` / ``ipc`` (``open_transfer``, CUDA
+only, not yet run on a GPU) sends through vLLM's trainer engine instead (``push_weights``).
+
+Imports: torch, config, engine.base, engine.hf_local, engine.loading; vllm and engine.vllm_local.transfer
+lazily (``open_transfer``).
 """
 
 from __future__ import annotations
@@ -43,6 +52,8 @@ class LearnerWorker:
         self.cfg, self.role, self.rank, self.world, self.shared = cfg, role, rank, world, shared
         self.learner: HFLearner | None = None
         self.rollout_dtype: torch.dtype | None = None
+        self.sender: Any = None
+        """vLLM's trainer side toward the replicas (``open_transfer``; ``nccl`` / ``ipc`` only)."""
         """What a sync sends full weights in (set by ``setup``; LoRA tensors keep their own)."""
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -77,8 +88,8 @@ class LearnerWorker:
             # the frozen reference is copied straight into the compute dtype (no second fp32 copy)
             weights: Any = FullWeights(model, keep_reference, reference_dtype=compute if mixed else None)
             shard(weights.model, compute if mixed else None)
-            if weights.reference is not None:
-                shard(weights.reference)
+            if weights.reference is not None:  # in host memory on CUDA, a layer at a time on the GPU
+                shard(weights.reference, offload=cuda)
         else:
             names = ["coder"] if self.shared else ["coder", "tester"]
             weights = AdapterWeights(with_adapters(model, engine, names, seed=self.cfg.train.seed), self.role)
@@ -106,6 +117,13 @@ class LearnerWorker:
         """This rank's part of one optimizer step (gradients are reduced over the group)."""
         return self._learner().train_step(batch, loss_fn)
 
+    def offload(self) -> bool:
+        """Move this rank's weights and AdamW state to host memory while the replicas sharing its
+        GPU sample; True when they moved (CUDA), False on a CPU."""
+        learner = self._learner()
+        learner.offload()
+        return learner.home is not None
+
     def named_weights(self) -> dict[str, torch.Tensor] | None:
         """The whole trainable tensors on rank 0, on the CPU, full weights in the rollout dtype; None
         on the others, which take part in each gather and keep nothing (all ranks must call)."""
@@ -113,6 +131,28 @@ class LearnerWorker:
         if self.rank != 0:
             return None
         return {n: t.to("cpu") for n, t in weights.items()}
+
+    def open_transfer(self, backend: str, replicas: list[Any], master: tuple[str, int], world: int) -> None:
+        """Set up vLLM's trainer engine of ``backend`` (``nccl`` / ``ipc``) toward ``replicas`` (their
+        actor handles), through vLLM's trainer factory; every rank calls, rank 0 is the sender and
+        drives the replicas (NCCL: ``master`` is rank 0's address, ``world`` 1 + the replicas).
+        Written against vLLM 0.32's source; **not yet run on a GPU** (``ray_cluster.transfer``)."""
+        from codea1.engine.ray_cluster.transfer import ReplicaWeightSyncClient
+        from codea1.engine.vllm_local.transfer import Sender, trainer_init_info
+
+        nccl = {"master_address": master[0], "master_port": master[1], "world_size": world}
+        info = trainer_init_info(backend, rank=self.rank, **(nccl if backend == "nccl" else {}))
+        self.sender = Sender(ReplicaWeightSyncClient(replicas), info, device=torch.device("cuda", 0))
+        self.sender.open()  # the handshake: NCCL's rendezvous with every replica
+
+    def push_weights(self) -> dict[str, float]:
+        """One update round of the whole trainable tensors in the rollout dtype through the engine
+        of :meth:`open_transfer` (every rank; FSDP gathers are collectives); returns ``bytes`` and
+        ``tensors`` sent (the same on every rank)."""
+        learner = self._learner()
+        learner.onload()  # CUDA IPC shares the weights from the GPU; NCCL broadcasts from there
+        sent, _ = self.sender.send(learner.params, self.rollout_dtype)
+        return {"bytes": float(sent), "tensors": float(len(learner.params))}
 
     def save(self, path: str) -> None:
         """Write this rank's part of the role's checkpoint directory (all ranks call)."""
@@ -124,5 +164,7 @@ class LearnerWorker:
 
     def close(self) -> None:
         """Leave the process group."""
+        if self.sender is not None:
+            self.sender.close()
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()

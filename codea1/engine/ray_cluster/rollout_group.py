@@ -5,7 +5,10 @@ A call's prompts are cut into contiguous shares, one per replica, each told wher
 (``SamplingParams.first_prompt``), so that per-request seeds — and with vLLM the completions — do
 not depend on the number of replicas. Weights are put in the object store once (a learner group
 leaves them there, full weights already in the rollout dtype) and every replica loads them from
-there; each sync's seconds and bytes are measured (``RayPolicy.last_sync``).
+there; each sync's seconds and bytes are measured (``RayPolicy.last_sync``). Colocated with learner
+ranks on CUDA the replicas sleep while the ranks compute; before any replica wakes, the
+``before_wake`` hooks run (the ranks move to host memory), then a sync wakes each replica's weights,
+loads the new ones and wakes its KV cache, and a rollout wakes the replicas whole.
 
 Imports: ray (lazily), config, engine.base, engine.loading, this package.
 """
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -27,6 +30,7 @@ from codea1.engine.ray_cluster.placement import Layout
 from codea1.engine.ray_cluster.rollout_replica import RolloutReplica
 from codea1.engine.ray_cluster.session import gather, import_ray
 from codea1.engine.ray_cluster.shares import spans
+from codea1.engine.ray_cluster.transfer import DirectWeights
 
 
 class ReplicaGroup:
@@ -46,6 +50,10 @@ class ReplicaGroup:
         self.sync_seconds = 0.0
         self.sleeps = all(gather([r.started.remote() for r in self.replicas], self.what))
         self.asleep = False
+        self.backends = set(gather([r.weight_transfer_backend.remote() for r in self.replicas], self.what))
+        """The replicas' weight-transfer backends (one, or empty for transformers replicas)."""
+        self.before_wake: list[Callable[[], None]] = []
+        """Called before the replicas wake (``colocate``: offload the learner ranks sharing their GPUs)."""
 
     def sleep(self) -> None:
         """Free the replicas' GPU memory (only engines that can: vLLM on CUDA, colocated)."""
@@ -54,8 +62,10 @@ class ReplicaGroup:
             self.asleep = True
 
     def wake(self) -> None:
-        """Take the GPU memory back (before sampling or a weight sync)."""
+        """Take the GPU memory back before sampling (the ``before_wake`` hooks first)."""
         if self.asleep:
+            for hook in self.before_wake:
+                hook()
             gather([r.wake.remote() for r in self.replicas], self.what)
             self.asleep = False
 
@@ -97,7 +107,12 @@ class ReplicaGroup:
         store included), ``bytes`` and ``tensors`` one replica received, ``replicas``, and
         ``load_seconds`` of the slowest replica's load into its engine.
         """
-        self.wake()
+        if isinstance(weights, DirectWeights):
+            return self._push(weights)
+        if self.asleep:  # each replica wakes its weights, loads, then wakes its KV cache
+            for hook in self.before_wake:
+                hook()
+            self.asleep = False
         start = time.perf_counter()
         ref = weights.ref if isinstance(weights, RemoteWeights) else import_ray().put(dict(weights))
         arrived = gather([getattr(r, method).remote(*args, ref) for r in self.replicas], self.what)
@@ -109,6 +124,22 @@ class ReplicaGroup:
             "replicas": float(len(arrived)),
             "load_seconds": max((a["seconds"] for a in arrived), default=0.0),
         }
+
+    def _push(self, weights: DirectWeights) -> dict[str, float]:
+        """A sync by vLLM's ``nccl`` / ``ipc``, driven by the learner ranks (``weights.push``): the
+        ranks hold their weights on the GPU (CUDA IPC shares them from there) while each replica
+        wakes its weights alone (``RolloutReplica.start_weight_update``); then the ``before_wake``
+        hooks move the colocated ranks off the GPU and the replicas take their KV cache back.
+        Returns ``seconds`` (the push), ``bytes``, ``tensors`` and ``replicas``. Not yet run on a GPU."""
+        start = time.perf_counter()
+        pushed = weights.push()
+        self.sync_seconds = time.perf_counter() - start
+        if self.asleep:
+            for hook in self.before_wake:
+                hook()
+            gather([r.wake.remote() for r in self.replicas], self.what)
+            self.asleep = False
+        return {**pushed, "seconds": self.sync_seconds, "replicas": float(len(self.replicas))}
 
     def close(self) -> None:
         """Stop the replicas."""

@@ -4,13 +4,15 @@ A replica of a ``separate``-mode role holds that role's model; in ``adapters`` m
 self-play one replica group serves both roles from one base (the adapters are merged in at a role
 switch, as in the local engines). The engine is vLLM (``engine.rollout: vllm``) or transformers
 ``generate``; weights arrive through the same ``load_weights`` / ``load_adapter`` seam as a local
-policy's, from the object store. A vLLM replica loads no weights of its own: the engine reads them,
+policy's, from the object store, or, with vLLM's ``nccl`` / ``ipc`` weight-transfer backends (CUDA,
+``ray_cluster.transfer``; not yet run on a GPU), straight from the learner ranks, which drive this
+replica's vLLM weight-transfer methods. A vLLM replica loads no weights of its own: the engine reads them,
 the eos ids come from the model's generation config, and the frozen base of ``adapters`` mode is
 kept on the CPU; on CUDA the engine starts with the budget of its GPU's plan
 (``vllm_local.roles.replica_budget``).
 
 Imports: torch, transformers (generation config), config, engine.base, engine.hf_local,
-engine.vllm_local, engine.loading.
+engine.vllm_local, engine.loading, this package's transfer.
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ class RolloutReplica:
         cfg = with_values(cfg, {"engine.device": "cuda" if cuda else "cpu"})  # this replica's device
         self.policies: dict[str, Any] = {}
         self.sleeps = False
+        self.backend = ""
+        """The engine's weight-transfer backend (vLLM only; ``transfer.replica_backend``)."""
         if engine == "vllm":
             self.rollout = self._start_vllm(cfg, spec, roles)
             return
@@ -78,6 +82,7 @@ class RolloutReplica:
 
     def _start_vllm(self, cfg: RunConfig, spec: str, roles: Sequence[str]) -> Any:
         """Start the vLLM engine and the roles' policies on it; returns its ``VLLMRollout``."""
+        from codea1.engine.ray_cluster.transfer import replica_backend
         from codea1.engine.vllm_local.policy import VLLMPolicy, VLLMRollout
         from codea1.engine.vllm_local.roles import replica_budget, start_engine
 
@@ -94,8 +99,14 @@ class RolloutReplica:
         # colocated with learner ranks on a GPU: free the GPU while they update
         self.sleeps = cfg.cluster.placement == "colocate" and not cpu
         budget = None if cpu else replica_budget(cfg, roles, location, dtype)
-        llm = start_engine(cfg, location, dtype, in_process=cpu, sleep_mode=self.sleeps, budget=budget)
-        rollout = VLLMRollout(llm, in_process=cpu, base=base, lora_scale=cfg.engine.lora_scale)
+        self.backend = replica_backend(cfg, cuda=not cpu)
+        llm = start_engine(
+            cfg, location, dtype, in_process=cpu, sleep_mode=self.sleeps, budget=budget,
+            transfer_backend=self.backend,
+        )  # fmt: skip
+        rollout = VLLMRollout(
+            llm, in_process=cpu, base=base, lora_scale=cfg.engine.lora_scale, sleeps=self.sleeps
+        )
         eos = config_eos_ids(location, tokenizer)
         self.policies = {r: VLLMPolicy(rollout, tokenizer, eos, r) for r in roles}
         return rollout
@@ -105,17 +116,43 @@ class RolloutReplica:
         return self.sleeps
 
     def sleep(self) -> None:
-        """Free the GPU memory of the engine (weights to CPU, KV cache dropped) while colocated
-        learner ranks update; vLLM on CUDA only."""
-        self.rollout.llm.sleep(level=1)
+        """Free the GPU memory of the engine (``LLM.sleep(level=1)``: weights to host memory, KV
+        cache dropped) while colocated learner ranks update; vLLM on CUDA only (``sleep_mode``)."""
+        self.rollout.sleeper.sleep()
 
     def wake(self) -> None:
-        """Take the GPU memory back before sampling or loading weights."""
-        self.rollout.llm.wake_up()
+        """Take the GPU memory back before sampling: the weights, then the KV cache. A weight sync
+        wakes the weights alone first and the KV cache after (``VLLMRollout``)."""
+        self.rollout.sleeper.wake()
 
     def generate(self, role: str, prompts: Sequence[str], params: SamplingParams) -> list[Completion]:
         """Sample ``role``'s completions of this replica's prompts."""
         return self.policies[role].generate(prompts, params)
+
+    def weight_transfer_backend(self) -> str:
+        """The engine's weight-transfer backend (empty for a transformers replica)."""
+        return self.backend
+
+    # vLLM's weight-transfer control plane, driven by a learner rank (``transfer.ReplicaWeightSyncClient``)
+    # when the backend is vLLM's ``nccl`` or ``ipc``; not yet run on a GPU.
+
+    def init_weight_transfer_engine(self, request: Any) -> None:
+        """Join the learner group's transfer (NCCL: the rendezvous with rank 0)."""
+        self.rollout.llm.init_weight_transfer_engine(request)
+
+    def start_weight_update(self) -> None:
+        """Open an update round (the weights awake first, the KV cache still released)."""
+        self.rollout.sleeper.wake_weights()
+        self.rollout.llm.start_weight_update()
+
+    def update_weights(self, request: Any) -> None:
+        """Receive one chunk of the round."""
+        self.rollout.llm.update_weights(request)
+
+    def finish_weight_update(self) -> None:
+        """Close the round; cached prompt KV was computed with the old weights."""
+        self.rollout.llm.finish_weight_update()
+        self.rollout.llm.reset_prefix_cache()
 
     def load_weights(self, weights: Mapping[str, torch.Tensor]) -> dict[str, float]:
         """Sample from these full weights from now on; returns what arrived (:func:`arrival`)."""

@@ -3,14 +3,16 @@
 :class:`VLLMRollout` owns one ``vllm.LLM`` and knows which weights it holds; :class:`VLLMPolicy`
 is one role's view of it (``separate`` mode gives each role its own engine; ``adapters`` mode and
 self-play share one). Weights arrive only through ``load_weights`` (full tensors, Hugging Face
-names, partial allowed) and ``load_adapter`` (a role's LoRA tensors). On CPU vLLM's prepacked linear
-layers refuse a bare ``model.load_weights``; vLLM's layer-wise reload restores their shapes, loads
-and repacks. In-process the worker's ``reload_weights`` gets the tensors themselves; across
-processes (vLLM's normal mode, CUDA) they travel in bounded buckets in the engine's dtype
-(``weight_sync``). Every sync is measured (``last_sync``, and ``sync_seconds`` / ``sync_bytes`` in
-the policy's ``last_stats``).
+names, partial allowed) and ``load_adapter`` (a role's LoRA tensors), and reach the engine through
+vLLM's weight-transfer API (``transfer.Sender``) with the backend the engine was started with
+(``weight_sync.select_backend``): on CPU codea1's ``codea1_buckets`` engine (in-process the tensors
+themselves, one call; across processes bounded buckets in the engine's dtype), on CUDA vLLM's
+``ipc`` (not yet run on a GPU). Either way vLLM's layer-wise reload restores the shapes of the
+prepacked CPU layers, loads and repacks. Every sync is measured (``last_sync``, and
+``sync_seconds`` / ``sync_bytes`` in the policy's ``last_stats``).
 
-Imports: torch, vllm, core.seeds, engine.base, engine.host_memory, engine.lora, this package's console and weight_sync.
+Imports: torch, vllm, core.seeds, engine.base, engine.host_memory, engine.lora, this package's transfer and
+weight_sync.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from codea1.core.seeds import request_seed
 from codea1.engine.base import ChatTemplatePrompts, Completion, SamplingParams
 from codea1.engine.host_memory import release_free_heap
 from codea1.engine.lora import lora_deltas, merged_weights
-from codea1.engine.vllm_local.console import expected_reload_warnings_hidden
-from codea1.engine.vllm_local.weight_sync import BUCKET_BYTES, repack_tied_head, send_in_buckets, wire_bytes
+from codea1.engine.sleep_mode import EngineSleep
+from codea1.engine.vllm_local.weight_sync import BUCKET_BYTES, BUCKETS_BACKEND
 
 
 class VLLMRollout:
@@ -34,11 +36,15 @@ class VLLMRollout:
 
     ``base`` (``adapters`` mode) holds the frozen base weights under Hugging Face names (views of
     the learner's peft base, no copy); a role switch loads ``base + ΔW`` of the role's adapter into
-    the engine (one merged-weights sync per switch). ``in_process`` engines take tensors directly;
-    the others (started with ``weight_sync.WEIGHT_SYNC_EXTENSION``) get them in buckets of at most
-    ``bucket_bytes``, cast to ``dtype`` (default: the engine's own, bf16 on GPU). ``last_sync``
-    describes the latest sync: ``seconds``, ``bytes`` (of the tensors the engine received, in the
-    dtype they travelled in), ``tensors`` and ``buckets`` (0 in-process: one call, no copy).
+    the engine (one merged-weights sync per switch). ``backend`` is the engine's weight-transfer
+    backend (default: the one it was started with; ``codea1_buckets`` when it does not say).
+    ``in_process`` engines take tensors directly; the others get them cast to ``dtype`` (default:
+    the engine's own, bf16 on GPU), with ``codea1_buckets`` in buckets of at most ``bucket_bytes``.
+    ``last_sync`` describes the latest sync: ``seconds``, ``bytes`` (of the tensors the engine
+    received, in the dtype they travelled in), ``tensors`` and ``buckets`` (0 in-process: one call,
+    no copy; 0 with ``ipc``).
+    ``sleeps`` (an engine started with ``enable_sleep_mode`` beside learners on CUDA) lets
+    ``sleeper`` put it to sleep; every sync and rollout wakes what it needs first.
     """
 
     def __init__(
@@ -50,8 +56,13 @@ class VLLMRollout:
         lora_scale: float = 1.0,
         dtype: torch.dtype | None = None,
         bucket_bytes: int = BUCKET_BYTES,
+        sleeps: bool = False,
+        backend: str | None = None,
     ) -> None:
         self.llm = llm
+        self.backend = backend or engine_backend(llm)
+        self.sender: Any = None
+        self.sleeper = EngineSleep(llm, enabled=sleeps)
         self.in_process = in_process
         self.base = base
         self.lora_scale = lora_scale
@@ -101,16 +112,9 @@ class VLLMRollout:
 
     def _reload(self, weights: Mapping[str, torch.Tensor]) -> None:
         start = time.perf_counter()
-        if self.in_process:  # the worker is in this process: the tensors themselves, one call
-            items = [(n, t.detach()) for n, t in weights.items()]
-            with expected_reload_warnings_hidden():  # layers given no tensor keep theirs, as meant
-                self.llm.collective_rpc(
-                    "reload_weights", kwargs={"weights_iterator": items, "is_checkpoint_format": True}
-                )
-            self.llm.collective_rpc(repack_tied_head)
-            sent, count = sum(wire_bytes(t, None) for _, t in items), 0
-        else:
-            sent, count = send_in_buckets(self.llm, weights, self.dtype, self.bucket_bytes)
+        self.sleeper.wake_weights()  # asleep: the weights come back, the KV cache stays released
+        sent, count = self._sender().send(weights, None if self.in_process else self.dtype)
+        self.sleeper.wake_kv_cache()  # then the KV cache (vLLM's order: weights, sync, kv_cache)
         self.llm.reset_prefix_cache()  # cached prompt KV was computed with the old weights
         seconds = time.perf_counter() - start
         self.syncs += 1
@@ -118,6 +122,27 @@ class VLLMRollout:
         self.last_sync = {
             "seconds": seconds, "bytes": float(sent), "tensors": float(len(weights)), "buckets": float(count),
         }  # fmt: skip
+
+    def _sender(self) -> Any:
+        """The trainer side of this engine's syncs (``transfer.Sender``), made at the first sync."""
+        if self.sender is None:
+            from codea1.engine.vllm_local.transfer import LLMClient, Sender, trainer_init_info
+
+            buckets = self.backend == BUCKETS_BACKEND
+            fields = {"in_process": self.in_process} if buckets else {}
+            device = None if buckets else torch.device("cuda", torch.cuda.current_device())
+            info = trainer_init_info(self.backend, bucket_bytes=self.bucket_bytes, **fields)
+            self.sender = Sender(LLMClient(self.llm), info, device=device)
+        return self.sender
+
+
+def engine_backend(llm: Any) -> str:
+    """The weight-transfer backend the engine was started with (``codea1_buckets`` when it does not
+    say)."""
+    vllm_config = getattr(getattr(llm, "llm_engine", None), "vllm_config", None)
+    config = getattr(vllm_config, "weight_transfer_config", None)
+    backend = getattr(config, "backend", None)
+    return backend if isinstance(backend, str) else BUCKETS_BACKEND
 
 
 def engine_dtype(llm: Any) -> torch.dtype | None:
@@ -168,6 +193,7 @@ class VLLMPolicy(ChatTemplatePrompts):
         from vllm.inputs import TokensPrompt
 
         start = time.perf_counter()
+        self.rollout.sleeper.wake()
         if self.rollout.activate(self.role):  # adapters mode: this role's merged weights were sent now
             self.last_sync = dict(self.rollout.last_sync)
         encoded = [self.tokenizer(p, add_special_tokens=False).input_ids for p in prompts]

@@ -13,7 +13,9 @@ plan is a :class:`VLLMStartError` before vLLM starts.
 mode and self-play start one engine for both roles. vLLM's prefix cache is reset after every
 weight sync, since cached prompt KV was computed with the old weights. vLLM logs errors only unless
 ``CODEA1_VLLM_LOGS=1`` (``console``). An in-process ``adapters`` engine reads the frozen embedding
-and output head from the learners' base (``frozen_tensors``).
+and output head from the learners' base (``frozen_tensors``). On CUDA the engines share the GPU
+with the learners and start with vLLM's sleep mode: they sleep whenever a learner computes and wake
+for the next weight sync or rollout (``engine.sleep_mode``; the plan's two phases).
 
 Imports: torch, transformers (config), vllm, config, engine.host_memory, engine.loading, engine.lora, engine.memory,
 this package.
@@ -46,7 +48,7 @@ from codea1.engine.memory import (
 from codea1.engine.vllm_local.console import engine_start_warnings_hidden, quiet_vllm_logging
 from codea1.engine.vllm_local.frozen_tensors import share_frozen_tensors
 from codea1.engine.vllm_local.policy import VLLMPolicy, VLLMRollout
-from codea1.engine.vllm_local.weight_sync import WEIGHT_SYNC_EXTENSION
+from codea1.engine.vllm_local.weight_sync import BUCKETS_BACKEND, REGISTERING_EXTENSION, select_backend
 
 CPU_ENVIRONMENT = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
@@ -140,13 +142,16 @@ def engine_args(
     budget: EngineBudget | None = None,
     sleep_mode: bool = False,
     quiet: bool = True,
+    transfer_backend: str | None = None,
 ) -> dict[str, Any]:
     """The keyword arguments of ``vllm.LLM`` for the model at ``location``. In-process (CPU): the
     KV cache of :func:`kv_cache_bytes` (from ``model_config``), ``max_num_seqs`` the larger
     sampling batch, :func:`cpu_scheduler_args`, eager, no ``gpu_memory_utilization`` (vLLM's CPU
     worker does not check it when the KV cache is given). CUDA: the KV cache,
-    ``gpu_memory_utilization`` and ``max_num_seqs`` of ``budget``, and the worker extension that
-    weight syncs across processes need (``weight_sync``)."""
+    ``gpu_memory_utilization`` and ``max_num_seqs`` of ``budget``. Both: vLLM's weight-transfer
+    backend ``transfer_backend`` (default ``weight_sync.select_backend`` of the local backend:
+    ``codea1_buckets`` on CPU, ``ipc`` on CUDA), and for ``codea1_buckets`` across processes the
+    worker extension whose import registers it in vLLM's workers."""
     args: dict[str, Any] = {
         "model": location,
         "tokenizer": location,
@@ -167,7 +172,10 @@ def engine_args(
         args["max_num_seqs"] = budget.max_num_seqs
         args["kv_cache_memory_bytes"] = budget.kv_bytes
         args["gpu_memory_utilization"] = budget.utilization
-        args["worker_extension_cls"] = WEIGHT_SYNC_EXTENSION
+    backend = transfer_backend or select_backend(cuda=not in_process)
+    args["weight_transfer_config"] = {"backend": backend}
+    if backend == BUCKETS_BACKEND and not in_process:
+        args["worker_extension_cls"] = REGISTERING_EXTENSION
     if sleep_mode:
         args["enable_sleep_mode"] = True
     return args
@@ -181,10 +189,12 @@ def start_engine(
     *,
     sleep_mode: bool = False,
     budget: EngineBudget | None = None,
+    transfer_backend: str | None = None,
 ) -> Any:
     """A ``vllm.LLM`` for the model at ``location`` (processed log-probs, seeded from the run) with
     :func:`engine_args`; ``budget`` (CUDA) is the engine's part of its GPU, ``sleep_mode`` (CUDA
-    only) lets it free its GPU memory between rollouts (``LLM.sleep``)."""
+    only) lets it free its GPU memory between rollouts (``LLM.sleep``), ``transfer_backend`` is its
+    weight-transfer backend (default: the local backend's, ``weight_sync.select_backend``)."""
     from transformers import AutoConfig
 
     if in_process:
@@ -197,11 +207,13 @@ def start_engine(
         raise VLLMStartError(f"engine.rollout=vllm: {error}")
     from vllm import LLM
 
+    from codea1.engine.vllm_local import bucket_engine  # noqa: F401  registers codea1_buckets here
+
     quiet = quiet_vllm_logging()  # again: something may have imported vLLM before us
     model_config = AutoConfig.from_pretrained(location) if in_process else None
     args = engine_args(
         cfg, location, dtype, in_process=in_process, model_config=model_config, budget=budget,
-        sleep_mode=sleep_mode, quiet=quiet,
+        sleep_mode=sleep_mode, quiet=quiet, transfer_backend=transfer_backend,
     )  # fmt: skip
     if not in_process:
         release_cuda_cache()
@@ -234,13 +246,15 @@ def attach_vllm(roles: Any, cfg: RunConfig, *, shared: bool) -> Any:
     def policy(rollout: VLLMRollout, hf_policy: Any, role: str) -> VLLMPolicy:
         return VLLMPolicy(rollout, hf_policy.tokenizer, sorted(hf_policy.eos_ids), role)
 
+    sleeps = not in_process  # CUDA: beside the learners on one GPU, asleep while they compute
     if engine.mode == "adapters":
         peft_model = roles.coder_learner.weights.peft_model
         rollout = VLLMRollout(
-            start_engine(cfg, coder_location, dtype, in_process, budget=budgets[0]),
+            start_engine(cfg, coder_location, dtype, in_process, budget=budgets[0], sleep_mode=sleeps),
             in_process=in_process,
             base=base_weights(peft_model),
             lora_scale=engine.lora_scale,
+            sleeps=sleeps,
         )
         if in_process:  # the engine's frozen embedding and head become the learners' (no copy)
             rollout.llm.collective_rpc(
@@ -250,11 +264,28 @@ def attach_vllm(roles: Any, cfg: RunConfig, *, shared: bool) -> Any:
         coder = policy(rollout, roles.coder_policy, "coder")
         tester = coder if shared else policy(rollout, roles.tester_policy, "tester")
     else:
-        coder_engine = start_engine(cfg, coder_location, dtype, in_process, budget=budgets[0])
-        coder = policy(VLLMRollout(coder_engine, in_process=in_process), roles.coder_policy, "coder")
+        coder_engine = start_engine(
+            cfg, coder_location, dtype, in_process, budget=budgets[0], sleep_mode=sleeps
+        )
+        coder_rollout = VLLMRollout(coder_engine, in_process=in_process, sleeps=sleeps)
+        coder = policy(coder_rollout, roles.coder_policy, "coder")
         if shared:
             tester = coder
         else:
-            tester_engine = start_engine(cfg, tester_location, dtype, in_process, budget=budgets[1])
-            tester = policy(VLLMRollout(tester_engine, in_process=in_process), roles.tester_policy, "tester")
+            tester_engine = start_engine(
+                cfg, tester_location, dtype, in_process, budget=budgets[1], sleep_mode=sleeps
+            )
+            tester_rollout = VLLMRollout(tester_engine, in_process=in_process, sleeps=sleeps)
+            tester = policy(tester_rollout, roles.tester_policy, "tester")
+    if sleeps:
+        sleep_before_learners(roles, [coder.rollout, tester.rollout])
     return dataclasses.replace(roles, coder_policy=coder, tester_policy=tester)
+
+
+def sleep_before_learners(roles: Any, rollouts: Sequence[VLLMRollout]) -> None:
+    """Make every learner of ``roles`` put the engines of ``rollouts`` to sleep before it computes
+    (its ``before_work`` hooks), each engine and learner once."""
+    engines = list({id(r): r for r in rollouts}.values())
+    learners = {id(x): x for x in (roles.coder_learner, roles.tester_learner)}
+    for learner in learners.values():
+        learner.before_work.extend(r.sleeper.sleep for r in engines)

@@ -1,44 +1,43 @@
-"""Weight sync into a vLLM engine that runs in other processes: bounded buckets in the rollout dtype.
+"""Weight sync into a vLLM engine: which of vLLM's weight-transfer backends, and codea1's buckets.
 
-vLLM's multiprocess engine (its normal mode, used on CUDA) keeps the model in worker processes that
-``LLM.collective_rpc`` reaches through msgpack messages. A ``torch.Tensor`` does not survive that
-trip as an argument, a file would cost a copy of the model per replica in ``/dev/shm``, and a
-pickled function needs ``VLLM_ALLOW_INSECURE_SERIALIZATION``. So the engine is started with
-:class:`WeightSyncExtension` as its ``worker_extension_cls`` and a sync is three kinds of calls
-by name:
+Every sync goes through vLLM's weight-transfer API (``vllm.distributed.weight_transfer``):
+``LLM.start_weight_update`` → ``LLM.update_weights`` per chunk → ``LLM.finish_weight_update``, the
+worker's engine built by ``WeightTransferEngineFactory`` from the backend the engine was started
+with (``weight_transfer_config``). :func:`select_backend` picks it:
 
-1. ``codea1_sync_begin``: vLLM's layer-wise reload starts (each layer's kernel tensors are set
-   aside and its loaders buffer what arrives);
-2. ``codea1_sync_bucket`` once per bucket: :func:`pack` casts consecutive tensors to the engine's
-   dtype (bf16 on GPU while the learner holds fp32) into one buffer of at most ``bucket_bytes``
-   (a tensor larger than that travels alone), sent as ``bytes``; the worker unpacks views of it and
-   calls the model's ``load_weights`` (Hugging Face names; vLLM fuses q/k/v and gate/up; a layer
-   is processed, on CPU repacked, as soon as all its tensors have arrived);
-3. ``codea1_sync_finish``: the layer-wise reload ends (layers given no tensor get theirs back), the
-   LoRA/encoder caches derived from the weights are dropped, and an output head tied to the
-   embedding is rebuilt (:func:`repack_tied_head`).
+- on CUDA, vLLM's own engines: ``ipc`` (CUDA IPC handles, no copy) where the trainer holds the
+  weights on the GPU the engine runs on (the local backend; Ray ``colocate`` when every replica
+  shares its GPU with a learner rank), ``nccl`` (a broadcast from the learner group's rank 0) for
+  Ray ``split``; **neither has run on a GPU yet** (docs/cluster.md);
+- everywhere else — the CPU, in-process or not, and the Ray replicas of ``adapters`` mode, which
+  merge the adapters into a base they hold on the host — :data:`BUCKETS_BACKEND`, codea1's own engine
+  registered with vLLM's factory (``bucket_engine``).
 
-This is the protocol of vLLM's own ``ipc`` weight-transfer backend with a portable payload: it runs
-on CPU (tested with the engine core in its own process) and CUDA; with tensor parallelism every
-worker receives the bucket and loads its shard of it (not tested). Memory held at once: about two
-buckets on the sender (the packed buffer and msgpack's message), one or two on each worker (tensors
-of a layer split across two buckets wait for the rest of the layer). Nothing goes to disk.
+A bucket of :data:`BUCKETS_BACKEND` across processes: :func:`pack` casts consecutive tensors to
+the wire dtype (bf16 on GPU while the learner holds fp32) into one buffer of at most
+``bucket_bytes`` (a tensor larger than that travels alone), sent as ``bytes`` through vLLM's msgpack
+RPC; the worker unpacks views of it. Memory held at once: about two buckets on the sender (the
+packed buffer and msgpack's message), one or two on each worker (tensors of a layer split across two
+buckets wait for the rest of the layer). Nothing goes to disk. In-process the tensors themselves
+are the one chunk.
 
-Imports: torch, vllm (inside the worker methods), this package's console.
+Imports: torch.
 """
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
-from codea1.engine.vllm_local.console import expected_reload_warnings_hidden
-
-WEIGHT_SYNC_EXTENSION = "codea1.engine.vllm_local.weight_sync.WeightSyncExtension"
-"""The ``worker_extension_cls`` an engine needs for :func:`send_in_buckets`."""
+BUCKETS_BACKEND = "codea1_buckets"
+"""codea1's weight-transfer backend (``bucket_engine``): bounded buckets over vLLM's RPC, or the
+tensors themselves in-process; runs on CPU and CUDA."""
+REGISTERING_EXTENSION = "codea1.engine.vllm_local.bucket_engine.RegistersBucketEngine"
+"""The ``worker_extension_cls`` of an engine that uses :data:`BUCKETS_BACKEND` across processes: its
+import registers the engine in vLLM's worker process (``bucket_engine``)."""
 BUCKET_BYTES = 256 << 20
 """Default upper bound of one bucket (a single larger tensor is sent alone)."""
 ALIGN = 64
@@ -46,6 +45,34 @@ ALIGN = 64
 
 TensorMeta = tuple[str, str, tuple[int, ...], int]
 """One tensor of a packed bucket: name, dtype name (``bfloat16``), shape, byte offset."""
+
+
+Backend = Literal["codea1_buckets", "ipc", "nccl"]
+DIRECT_BACKENDS = ("ipc", "nccl")
+"""vLLM's own CUDA backends: the trainer drives them with its tensors on the GPU."""
+
+
+def select_backend(
+    *, cuda: bool, placement: str | None = None, full_weights: bool = True, learner_on_every_gpu: bool = True
+) -> Backend:
+    """The weight-transfer backend of one vLLM engine.
+
+    ``cuda``: the engine runs on a GPU. ``placement``: None for the local backend (learners and
+    engines on one GPU, in one process and vLLM's workers), else the Ray layout (``split`` or
+    ``colocate``). ``full_weights``: the trainer sends full weights from a learner on the GPU (Ray
+    ``adapters`` replicas merge on the host instead). ``learner_on_every_gpu``: under ``colocate``,
+    every replica shares its GPU with a learner rank (``rollout_replicas <= learner_workers``), which
+    CUDA IPC needs; otherwise the replicas are reached by NCCL.
+    """
+    if not cuda:
+        return BUCKETS_BACKEND
+    if placement is None:
+        return "ipc"
+    if not full_weights:
+        return BUCKETS_BACKEND
+    if placement == "colocate" and learner_on_every_gpu:
+        return "ipc"
+    return "nccl"
 
 
 def wire_dtype(tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.dtype:
@@ -111,26 +138,7 @@ def unpack(meta: Sequence[Sequence[Any]], blob: bytes | memoryview) -> list[tupl
     ]
 
 
-def send_in_buckets(
-    llm: Any, weights: Mapping[str, torch.Tensor], dtype: torch.dtype | None, max_bytes: int
-) -> tuple[int, int]:
-    """Load ``weights`` into a multiprocess engine started with :data:`WEIGHT_SYNC_EXTENSION`, one
-    bucket per call; returns (bytes of the tensors in the dtype they travelled in, buckets). The
-    reload is closed even when a bucket fails."""
-    sent = count = 0
-    llm.collective_rpc("codea1_sync_begin")
-    try:
-        for bucket in buckets(weights, dtype, max_bytes):
-            meta, blob = pack(bucket, dtype)
-            llm.collective_rpc("codea1_sync_bucket", args=(meta, blob))
-            sent += sum(wire_bytes(t, dtype) for _, t in bucket)
-            count += 1
-    finally:
-        llm.collective_rpc("codea1_sync_finish")
-    return sent, count
-
-
-def repack_tied_head(worker: Any) -> bool:
+def repack_tied_head(model: Any) -> bool:
     """Rebuild the CPU kernel of an output head tied to the input embedding; True when it did.
 
     With tied embeddings the checkpoint has no ``lm_head.weight``, so a reload writes the new
@@ -138,54 +146,12 @@ def repack_tied_head(worker: Any) -> bool:
     the weights packed at start-up (seen as a 0.68 log-prob gap after a sync before this). On CUDA
     the head reads the shared tensor itself and reprocessing it changes nothing.
     """
-    model = worker.model_runner.get_model()
     head = getattr(model, "lm_head", None)
     embed = getattr(getattr(model, "model", None), "embed_tokens", None)
     if head is None or embed is None or head.weight.data_ptr() != embed.weight.data_ptr():
         return False
     head.quant_method.process_weights_after_loading(head)
     return True
-
-
-class WeightSyncExtension:
-    """Methods vLLM mixes into its worker class (``worker_extension_cls``) for a sync in buckets.
-
-    ``self`` is vLLM's worker (``vllm_config``, ``model_runner``). Calls arrive in order
-    begin, bucket..., finish, with no request scheduled in between (the policy samples and syncs
-    from one thread).
-    """
-
-    vllm_config: Any
-    model_runner: Any
-
-    def codea1_sync_begin(self) -> None:
-        """Start a layer-wise reload: set the kernel tensors aside, buffer incoming weights."""
-        from vllm.config import set_current_vllm_config
-        from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
-
-        with set_current_vllm_config(self.vllm_config):
-            initialize_layerwise_reload(self.model_runner.get_model())
-
-    def codea1_sync_bucket(self, meta: list[TensorMeta], blob: bytes | memoryview) -> int:
-        """Load one packed bucket (Hugging Face names); returns the bytes received."""
-        from vllm.config import set_current_vllm_config
-
-        with set_current_vllm_config(self.vllm_config):
-            self.model_runner.get_model().load_weights(unpack(meta, blob))
-        return memoryview(blob).nbytes
-
-    def codea1_sync_finish(self) -> bool:
-        """End the reload, drop caches derived from the old weights, rebuild a tied head; returns
-        whether a tied head was rebuilt."""
-        from vllm.config import set_current_vllm_config
-        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
-
-        runner = self.model_runner
-        with set_current_vllm_config(self.vllm_config), expected_reload_warnings_hidden():
-            finalize_layerwise_reload(runner.get_model(), self.vllm_config.model_config)
-        for reset in ("reset_lora_state", "reset_encoder_cache", "reset_mm_cache"):
-            getattr(runner, reset, lambda: None)()
-        return repack_tied_head(self)
 
 
 def _aligned(n: int) -> int:
