@@ -146,6 +146,13 @@ class RewardConfig:
     """Relative tolerance when comparing floats (type-aware equality)."""
     float_abs_tol: float = 1e-6
     """Absolute tolerance when comparing floats."""
+    mutation_weight: float = 0.0
+    """Weight w of the mutation term added to R_T (docs/algorithm.md, deviation D12): w x the share of
+    the reference's live mutants the suite's valid tests kill, each counted once; 0 = the paper's R_T."""
+    mutation_mutants: int = 16
+    """Second-order mutants of the reference drawn per problem for that term (equivalent ones then dropped)."""
+    mutation_seed: int = 0
+    """Seed of that draw (the mutants are fixed per problem for the whole run)."""
 
 
 @dataclass(frozen=True)
@@ -490,6 +497,17 @@ def check_invariants(cfg: RunConfig) -> None:
         errors.append(f"reward.alpha must be in [0, 1], got {cfg.reward.alpha}")
     if cfg.reward.n_norm < 1:
         errors.append(f"reward.n_norm must be >= 1, got {cfg.reward.n_norm}")
+    if not 0 <= cfg.reward.mutation_weight < float("inf"):
+        errors.append(
+            f"reward.mutation_weight must be a finite number >= 0, got {cfg.reward.mutation_weight}"
+        )
+    if cfg.reward.mutation_mutants < 1 or cfg.reward.mutation_seed < 0:
+        errors.append("reward.mutation_mutants must be >= 1 and reward.mutation_seed >= 0")
+    if cfg.reward.mutation_weight > 0 and not cfg.train.trains_tester:
+        errors.append(
+            f"reward.mutation_weight={cfg.reward.mutation_weight} rewards tests: train.method="
+            f"{cfg.train.method} has no Test LLM"
+        )
     if cfg.tester.update_n < 0 or cfg.tester.update_n > cfg.coder.sampling.n:
         errors.append(
             f"tester.update_n={cfg.tester.update_n} must be in [0, coder.sampling.n={cfg.coder.sampling.n}]"

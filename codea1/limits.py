@@ -40,7 +40,8 @@ MAX_COMPLETIONS_PER_STEP = 1 << 20
 MAX_CHUNK = 1 << 16
 """Problems per sampling/checking round of an evaluation (``eval.chunk``, ``eval --chunk``)."""
 MAX_MUTANTS = 10_000
-"""Mutants of the reference per problem (``eval.max_mutants``, ``eval --max-mutants``)."""
+"""Mutants of the reference per problem (``eval.max_mutants``, ``eval --max-mutants``,
+``reward.mutation_mutants``)."""
 MAX_JOBS_PER_CALL = 1 << 16
 """Grid jobs per sandbox call (``sandbox run --batch``)."""
 WORKERS_PER_CORE = 4
@@ -84,6 +85,7 @@ SIZE_BOUNDS: dict[str, tuple[int, str]] = {
     **{f"{role}.{key}": bound for role in ("coder", "tester") for key, bound in ROLE_SIZE_BOUNDS.items()},
     "tester.tests_per_suite": (MAX_TESTS_PER_SUITE, "asserts per suite"),
     "mistake_book.top_k": (MAX_TESTS_CONSIDERED, "tests replayed per problem"),
+    "reward.mutation_mutants": (MAX_MUTANTS, "mutants per problem"),
     "data.problems_per_step": (MAX_PROBLEMS_PER_STEP, "256 in the paper"),
     "sandbox.workers": (MAX_WORKERS, "processes; 0 = one per core"),
     "train.steps": (MAX_TRAIN_STEPS, "111 in the paper"),

@@ -4,7 +4,11 @@ Used by ``codea1 score`` and by the trainer. For each problem: extract the code 
 response (the problem's imports prepended), extract the tests of every suite, build ONE
 :class:`~codea1.types.GridJob` with every distinct test (generated + replayed history) against every
 extracted code, run all problems in one ``run_grids`` call, then compute R_C per code and R_T per
-suite with :func:`codea1.core.rewards.rewards`. A problem that cannot be scored (sandbox failure,
+suite with :func:`codea1.core.rewards.rewards` (its options, reward terms included, from the
+``reward:`` section by :func:`codea1.core.reward_terms.reward_options`). With the mutation term on
+(``reward.mutation_weight`` > 0) the problem's live training mutants (:mod:`codea1.training_mutants`)
+are extra rows of the same grid, and each suite's input to the term is which of them its tests
+kill. A problem that cannot be scored (sandbox failure,
 malformed grid, empty reference) gets zero rewards and a recorded ``error``; nothing here raises for
 one bad problem. Numbered choices are explained in docs/algorithm.md.
 
@@ -23,10 +27,12 @@ from typing import Any, Protocol, TypeAlias
 
 from codea1.config import LossConfig, RewardConfig
 from codea1.core.losses import policy_loss
+from codea1.core.reward_terms import TERMS, GoldenPasses, MutantKills, reward_options, term_weights
 from codea1.core.rewards import CodeOutcome, CodeRewards, SuiteOutcome, rewards
 from codea1.data.parsing import extract_code, extract_tests
 from codea1.replay.mistake_book import MistakeHit, MistakeUpdate
-from codea1.types import CodeExtraction, ExecGrid, GridJob, Problem, TestCase, TestExtraction
+from codea1.training_mutants import LiveMutants, MutantPool
+from codea1.types import CodeExtraction, ExecGrid, GridJob, Problem, TestCase, TestExtraction, Verdict
 
 COUNTED_REJECT_REASONS = frozenset({"syntax", "operator", "not_call", "no_entry_point", "duplicate"})
 """Parser rejections that count against validity (inv_k). ``not_assert`` (a statement that is not an
@@ -84,6 +90,9 @@ class ProblemScore:
     """Per code and suite: asserts that count neither for nor against validity, by reason
     (``not_assert`` rejections, ``uncomparable`` oracle values)."""
     error: str = ""
+    term_stats: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per reward term that needed data of its own, the problem's counts (the mutation term: mutants
+    generated, equivalent, dropped, live, their verdicts and the filter's seconds)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The output line of ``codea1 score``."""
@@ -115,6 +124,7 @@ class ProblemScore:
                 ],
                 "history_columns": list(self.history_columns),
                 "mistakes": self.mistakes.to_dict(),
+                **({"terms": self.term_stats} if self.term_stats else {}),
             },
             **({"error": self.error} if self.error else {}),
         }
@@ -134,6 +144,8 @@ class _Prepared:
     history_columns: tuple[int, ...] = ()
     job: GridJob | None = None
     error: str = ""
+    mutants: LiveMutants | None = None
+    """The live training mutants, the grid's last rows (None: the mutation term is off)."""
 
     def add_test(self, test: TestCase) -> int:
         if test not in self.column:
@@ -213,10 +225,50 @@ def _run_all(
     return {i: g for i, g in out.items() if not preps[i].error}
 
 
+def _add_mutants(preps: list[_Prepared], pool: MutantPool, runner: GridRunner, reward: RewardConfig) -> None:
+    """Append each scorable problem's live training mutants to its job (one filter call for the
+    problems the pool has not seen)."""
+    todo = [pr for pr in preps if pr.job is not None and not pr.error]
+    live = pool.live([pr.item.problem for pr in todo], runner, rel_tol=reward.float_rel_tol,
+                     abs_tol=reward.float_abs_tol)  # fmt: skip
+    for pr, mutants in zip(todo, live, strict=True):
+        assert pr.job is not None
+        pr.mutants = mutants
+        pr.job = replace(pr.job, codes=pr.job.codes + mutants.programs)
+
+
+MutantRow: TypeAlias = tuple[Verdict, ...]
+"""One live mutant's verdicts on the grid's tests."""
+
+
+def _split(prep: _Prepared, grid: ExecGrid | None) -> tuple[ExecGrid | None, list[MutantRow] | None]:
+    """The grid of the codes alone, and the rows of the mutants that loaded (None: the term is off)."""
+    if prep.mutants is None or grid is None:
+        return grid, None if prep.mutants is None else []
+    n = len(grid.code_status) - len(prep.mutants.programs)
+    rows = [grid.verdicts[r] for r in range(n, len(grid.code_status)) if grid.code_status[r].passed]
+    return replace(grid, code_status=grid.code_status[:n], verdicts=grid.verdicts[:n]), rows
+
+
+def _mutant_kills(oracle: Sequence[Any], cols: Sequence[int], rows: Sequence[MutantRow]) -> MutantKills:
+    """Which live mutants each test of V_k kills (any verdict but ``pass``); a test whose oracle is not
+    ``valid`` (a wrong prediction) kills none."""
+    return MutantKills(
+        len(rows),
+        tuple(
+            frozenset(m for m, row in enumerate(rows) if not row[col].passed)
+            if oracle[col].status == "valid"
+            else frozenset()
+            for col in cols
+        ),
+    )
+
+
 def _outcomes(
-    prep: _Prepared, grid: ExecGrid | None
+    prep: _Prepared, grid: ExecGrid | None, mutant_rows: Sequence[MutantRow] | None = None
 ) -> tuple[list[CodeOutcome], list[tuple[dict[str, int], ...]]]:
-    """The pure reward inputs of each code (V_k, inv_k, history results) and the ignored rejections."""
+    """The pure reward inputs of each code (V_k, inv_k, history results, the mutation term's kills when
+    ``mutant_rows`` is given) and the ignored rejections."""
     oracle = grid.oracle if grid is not None else ()
     usable_hist = [col for col in prep.history_columns if col < len(oracle) and oracle[col].usable]
     outcomes, ignored = [], []
@@ -247,7 +299,8 @@ def _outcomes(
                 cols.append(col)
                 wrong += oracle[col].status == "wrong_prediction"
             passes = tuple(bool(valid and verdicts[col].passed) for col in cols)
-            suites.append(SuiteOutcome(passes, wrong, dict(invalid), s.nonprintable_ratio))
+            terms = {} if mutant_rows is None else {"mutation": _mutant_kills(oracle, cols, mutant_rows)}
+            suites.append(SuiteOutcome(passes, wrong, dict(invalid), s.nonprintable_ratio, terms))
             ign.append(dict(skipped))
         hist = tuple(bool(valid and verdicts[col].passed) for col in usable_hist)
         outcomes.append(CodeOutcome(bool(valid), hist, tuple(suites)))
@@ -316,25 +369,31 @@ def score_batch(
     *,
     reward: RewardConfig,
     history: Mapping[str, Sequence[TestCase]] | None = None,
+    mutants: MutantPool | None = None,
 ) -> list[ProblemScore]:
-    """Rewards for every problem of a batch (one sandbox call in the normal case), in input order."""
+    """Rewards for every problem of a batch (one sandbox call in the normal case), in input order.
+
+    With the mutation term on, ``mutants`` keeps each problem's training mutants between calls (the
+    trainer holds one for the run); None: a pool for this call only.
+    """
     history = history or {}
     preps = [_prepare(it, history.get(it.problem.id, ())) for it in items]
+    if term_weights(reward)["mutation"] > 0:
+        pool = mutants if mutants is not None else MutantPool(reward.mutation_mutants, reward.mutation_seed)
+        _add_mutants(preps, pool, sandbox, reward)
     grids = _run_all(sandbox, preps, reward.float_rel_tol, reward.float_abs_tol)
     scores = []
     for i, prep in enumerate(preps):
         if prep.error:
             scores.append(_zero_score(prep))
             continue
-        grid = grids.get(i)
-        outcomes, ignored = _outcomes(prep, grid)
-        result = rewards(
-            outcomes,
-            alpha=reward.alpha,
-            n_norm=reward.n_norm,
-            normalize_by_suite=reward.normalize_by_suite,
-            nonprintable_penalty=reward.nonprintable_penalty,
-        )
+        grid, mutant_rows = _split(prep, grids.get(i))
+        outcomes, ignored = _outcomes(prep, grid, mutant_rows)
+        result = rewards(outcomes, **reward_options(reward))
+        term_stats = {}
+        if prep.mutants is not None:
+            ran = sum(v.status != "invalid" for row in mutant_rows or () for v in row)
+            term_stats["mutation"] = prep.mutants.stats() | {"verdicts": float(ran)}
         scores.append(
             ProblemScore(
                 problem_id=prep.item.problem.id,
@@ -348,6 +407,7 @@ def score_batch(
                 grid=grid,
                 mistakes=_mistake_update(prep, grid, outcomes),
                 ignored=tuple(ignored),
+                term_stats=term_stats,
             )
         )
     return scores
@@ -381,7 +441,8 @@ Score: TypeAlias = ProblemScore | GoldenScore
 def score_golden(
     items: Sequence[ScoringItem], sandbox: GridRunner, *, reward: RewardConfig | None = None
 ) -> list[GoldenScore]:
-    """R = passed / total on the golden tests (parsed with ``extract_tests``), 0 for invalid code.
+    """R = passed / total on the golden tests (parsed with ``extract_tests``), 0 for invalid code (the
+    ``golden`` term of :mod:`codea1.core.reward_terms`).
 
     The candidate is compared with the reference's oracle value, which equals the golden expected
     value whenever the golden test is correct; suites written by the Test LLM are ignored.
@@ -430,10 +491,13 @@ def score_golden(
             valid.append(ok)
             passed.append(sum(grid.verdicts[row][col].passed for col in usable) if ok else 0)
         total = len(usable)
+        golden = TERMS["golden"].compute
         out.append(
             GoldenScore(
                 prep.item.problem.id,
-                tuple(p / total if total else 0.0 for p in passed),
+                tuple(
+                    golden(GoldenPasses(p, total, ok), 0).value for p, ok in zip(passed, valid, strict=True)
+                ),
                 tuple(passed),
                 total,
                 rejected[i],

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from codea1.core.advantages import AdvantageStats
+from codea1.core.reward_terms import TERMS, TESTER_TERMS
 from codea1.engine.base import Completion, Policy
 from codea1.replay.mistake_book import StepReport
 from codea1.rollout import RoleBatch, Rollout
@@ -167,10 +168,15 @@ def score_metrics(scores: Sequence[Score]) -> dict[str, float]:
         }
         reasons = sorted({r for x in suite_r for r in x.invalid_by_reason})
         m |= {f"tester/invalid/{r}": _mean([x.invalid_by_reason.get(r, 0) for x in suite_r]) for r in reasons}
+        for term in TESTER_TERMS:  # the terms that were on: their own keys (core.reward_terms)
+            rows = [x.terms[term.name] for x in suite_r if term.name in x.terms]
+            if rows:
+                stats = [s.term_stats[term.name] for s in problem_scores if term.name in s.term_stats]
+                m |= term.metrics(rows, stats)
     else:  # golden tests
         golden = [s for s in scores if isinstance(s, GoldenScore)]
         m["exec/code_valid_rate"] = _mean([float(v) for s in golden for v in s.code_valid])
-        m["exec/golden_pass_rate"] = _mean(rewards)
+        m |= TERMS["golden"].metrics([{"value": r} for r in rewards], [])
     grids = [s.grid for s in problem_scores if s.grid is not None]
     verdicts = [v.status for g in grids for row in g.verdicts for v in row]
     m["exec/verdicts"] = float(len(verdicts))

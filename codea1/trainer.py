@@ -53,6 +53,7 @@ from codea1.step_metrics import (
     update_metrics,
 )
 from codea1.tracking import Tracker, read_eval_points, truncate_metrics
+from codea1.training_mutants import MutantPool
 from codea1.types import Problem, TestCase
 
 T = TypeVar("T")
@@ -144,6 +145,8 @@ class Trainer:
             len(self.problems), cfg.data.problems_per_step, cfg.data.seed, cfg.data.shuffle
         )
         self.loss_fn = bind_policy_loss(cfg.loss)
+        self.mutants = MutantPool(cfg.reward.mutation_mutants, cfg.reward.mutation_seed)
+        """Each problem's training mutants, drawn and filtered once a run (used when the mutation term is on)."""
         self.book: MistakeBook | None = None
         self.tracker: Tracker | None = None
         self.stop_requested = False
@@ -199,7 +202,9 @@ class Trainer:
             history: dict[str, list[TestCase]] = {}
             if trains_tester:
                 history = book.retrieve_many(pr.problem.id for pr in rollout.problems)
-                scores = list(score_batch(items, self.sandbox, reward=cfg.reward, history=history))
+                scores = list(
+                    score_batch(items, self.sandbox, reward=cfg.reward, history=history, mutants=self.mutants)
+                )
             else:
                 scores = list(score_golden(items, self.sandbox, reward=cfg.reward))
         self._drop_step_if_stopping()

@@ -8,6 +8,8 @@ usable tests V_k (generation order) plus the counts of what made the suite lose 
 Two implementations return identical :class:`CodeRewards` values: :func:`rewards_reference` (one
 readable loop per suite, the specification) and :func:`rewards` (numpy, vectorised over every suite
 of a batch; the one callers use). Everything is computed in float64, never bf16 (docs/algorithm.md bug R9).
+Both add the tester terms of :mod:`codea1.core.reward_terms` whose weight is above 0 (``term_weights``)
+to R_T; with none, R_T is the paper's, bit for bit.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+
+from codea1.core.reward_terms import RewardTerm, TermValue, active_terms
 
 
 @dataclass(frozen=True)
@@ -28,13 +32,16 @@ class SuiteOutcome:
     that differs from the oracle (they stay in V_k but count against validity). ``invalid``: tests
     that are not in V_k, by reason (parser rejections such as ``syntax``/``operator``/``duplicate``,
     and ``oracle_invalid`` for calls the reference could not run). ``nonprintable_ratio``: share of
-    the raw response's characters outside ``string.printable``.
+    the raw response's characters outside ``string.printable``. ``terms``: the input of each reward
+    term of :mod:`codea1.core.reward_terms` that scoring gathered, by term name (a term with a weight
+    whose input is missing is worth 0).
     """
 
     passes: tuple[bool, ...]
     wrong_predictions: int = 0
     invalid: Mapping[str, int] = field(default_factory=dict)
     nonprintable_ratio: float = 0.0
+    terms: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def n_invalid(self) -> int:
@@ -86,10 +93,16 @@ class SuiteReward:
     """Adv_k (history-adjusted)."""
     nonprintable_ratio: float
     """ρ_k (subtracted when the penalty is on)."""
+    terms: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per term with a weight above 0: its ``value``, ``weight``, ``reward`` (valid(c)·weight·value,
+    what R_T gained) and the counts behind the value; empty without such a term."""
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain-JSON form."""
-        return asdict(self)
+        """Plain-JSON form (``terms`` only when a term is on)."""
+        d = asdict(self)
+        if not self.terms:
+            del d["terms"]
+        return d
 
 
 @dataclass(frozen=True)
@@ -129,6 +142,13 @@ def _invalid_by_reason(suite: SuiteOutcome) -> dict[str, int]:
     return out
 
 
+def _term(term: RewardTerm, weight: float, suite: SuiteOutcome, counted: int) -> tuple[float, dict]:
+    """One term of one suite: its value and its breakdown entry (without ``reward``)."""
+    given = suite.terms.get(term.name)
+    tv = term.compute(given, counted) if given is not None else TermValue(0.0)
+    return tv.value, {"value": tv.value, "weight": weight, **tv.detail}
+
+
 def _check(alpha: float, n_norm: int) -> None:
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
@@ -148,9 +168,11 @@ def rewards_reference(
     n_norm: int = 8,
     normalize_by_suite: bool = False,
     nonprintable_penalty: bool = True,
+    term_weights: Mapping[str, float] | None = None,
 ) -> list[CodeRewards]:
     """R_C and R_T for each code, one suite at a time (the readable specification of :func:`rewards`)."""
     _check(alpha, n_norm)
+    terms = active_terms(term_weights)
     out = []
     for code in codes:
         n_hist = len(code.history_passes)
@@ -190,7 +212,13 @@ def rewards_reference(
                 adversarial = 0.0
             rho = suite.nonprintable_ratio if nonprintable_penalty else 0.0
             valid_c = 1.0 if code.valid else 0.0
-            reward = -rho + valid_c * (alpha * validity + (1.0 - alpha) * adversarial)
+            inner = alpha * validity + (1.0 - alpha) * adversarial
+            breakdown = {}
+            for term, weight in terms:  # each term's input, over the first D tests of V_k
+                value, breakdown[term.name] = _term(term, weight, suite, denom)
+                inner = inner + weight * value
+                breakdown[term.name]["reward"] = valid_c * (weight * value)
+            reward = -rho + valid_c * inner
             suites.append(
                 SuiteReward(
                     reward=reward,
@@ -206,6 +234,7 @@ def rewards_reference(
                     validity=validity,
                     adversarial=adversarial,
                     nonprintable_ratio=suite.nonprintable_ratio,
+                    terms=breakdown,
                 )
             )
         if not code.valid:
@@ -230,9 +259,11 @@ def rewards(
     n_norm: int = 8,
     normalize_by_suite: bool = False,
     nonprintable_penalty: bool = True,
+    term_weights: Mapping[str, float] | None = None,
 ) -> list[CodeRewards]:
     """R_C and R_T for each code, vectorised over all suites (same values as :func:`rewards_reference`)."""
     _check(alpha, n_norm)
+    terms = active_terms(term_weights)
     n_codes = len(codes)
     if n_codes == 0:
         return []
@@ -284,7 +315,17 @@ def rewards(
     validity = np.where(has_d, np.clip(val_raw, 0.0, 1.0), 0.0)
     adversarial = np.select([both, has_v], [(fail_rate - f_hist[owner] + 1.0) / 2.0, fail_rate], 0.0)
     penalty = rho if nonprintable_penalty else np.zeros(n_suites)
-    reward = -penalty + s_valid * (alpha * validity + (1.0 - alpha) * adversarial)
+    inner = alpha * validity + (1.0 - alpha) * adversarial
+    breakdowns: list[dict[str, dict[str, float]]] = [{} for _ in suites]
+    for term, weight in terms:  # a term's input is per suite: its values are gathered, then added at once
+        values = np.zeros(n_suites)
+        for j, s in enumerate(suites):
+            values[j], breakdowns[j][term.name] = _term(term, weight, s, int(denom[j]))
+        gained = s_valid * (weight * values)
+        for j in range(n_suites):
+            breakdowns[j][term.name]["reward"] = float(gained[j])
+        inner = inner + weight * values
+    reward = -penalty + s_valid * inner
 
     per_code_sum = np.bincount(owner, weights=r_code, minlength=n_codes)
     per_code_n = np.bincount(owner, minlength=n_codes)
@@ -311,6 +352,7 @@ def rewards(
                     validity=float(validity[j]),
                     adversarial=float(adversarial[j]),
                     nonprintable_ratio=float(rho[j]),
+                    terms=breakdowns[j],
                 )
             )
             j += 1

@@ -1,0 +1,176 @@
+"""The mutants the mutation term pays for (docs/algorithm.md, deviation D12): per problem, drawn from
+codea1's AST mutator (:mod:`codea1.eval.mutants`) and filtered on the golden tests in the sandbox,
+once per problem for a whole run (:class:`MutantPool` keeps them).
+
+Which mutants: **second-order** ones, the mutator applied to one of the reference's first-order
+mutants (:func:`draw_mutants`: a seeded order of the first-order mutants, one second-order mutant
+drawn from each until ``reward.mutation_mutants`` are found). Every first-order mutant, and the
+reference itself, is removed from the draw, so no training mutant is one of the mutants
+``eval/tester/mut@k`` counts, whatever ``eval.max_mutants`` is.
+
+Which earn nothing: a mutant that passes every usable golden test is *equivalent* (the reference's
+own tests cannot tell it from the reference; its Golden-Tests reward would be 1); a mutant that
+does not load, or that runs out of a budget on a golden test, is *dropped* (any test would "kill"
+it, and every test call against it would spend a whole budget). A problem without golden tests, or
+whose golden tests have no usable oracle, has no live mutant: its term is 0, with the reason.
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from codea1.data.parsing import extract_tests
+from codea1.eval.mutants import generate_mutants
+from codea1.types import ExecGrid, GridJob, Problem, TestCase
+
+
+class GridRunner(Protocol):
+    """What the filter needs from the sandbox (the scoring's grid runner)."""
+
+    def run_grids(self, jobs: Sequence[GridJob], *, rel_tol: float, abs_tol: float) -> list[ExecGrid]:
+        """Execute every job; one :class:`ExecGrid` per job, same order."""
+        ...
+
+
+@dataclass(frozen=True)
+class LiveMutants:
+    """One problem's training mutants after the filter."""
+
+    programs: tuple[str, ...]
+    """The live mutants as candidate programs (the problem's imports prepended), in draw order."""
+    generated: int = 0
+    """Mutants drawn."""
+    equivalent: int = 0
+    """Drawn mutants that passed every usable golden test."""
+    dropped: int = 0
+    """Drawn mutants that did not load or ran out of a budget on a golden test."""
+    filter_seconds: float = 0.0
+    """Seconds the draw and the filter took (their first time; 0 when they came from the cache)."""
+    reason: str = ""
+    """Why there is no live mutant, when there is none for a reason other than the filter."""
+
+    def stats(self) -> dict[str, float]:
+        """The counts the step metrics sum (``verdicts`` is added by scoring)."""
+        return {"generated": float(self.generated), "equivalent": float(self.equivalent),
+                "dropped": float(self.dropped), "live": float(len(self.programs)),
+                "filter_seconds": self.filter_seconds}  # fmt: skip
+
+
+def draw_mutants(reference: str, budget: int, seed: int) -> list[str]:
+    """Up to ``budget`` distinct second-order mutants of ``reference``, none equal to the reference or to
+    any of its first-order mutants (``SyntaxError`` when it does not parse). Deterministic in
+    (``reference``, ``seed``): the first-order mutants in a seeded order, one second-order mutant drawn
+    from each in turn, round after round, until ``budget`` are drawn or none is left."""
+    first = generate_mutants(reference)
+    forbidden = {_normal(reference)} | {m.source for m in first}
+    rng = random.Random(f"{seed}\0{reference}")
+    order = rng.sample(first, len(first))
+    left: dict[int, list[str]] = {}
+    drawn: list[str] = []
+    while len(drawn) < budget and (not left or any(left.values())):
+        for i, m in enumerate(order):
+            if len(drawn) >= budget:
+                break
+            if i not in left:  # a first-order mutant's own mutants, computed when first visited
+                left[i] = [s.source for s in generate_mutants(m.source) if s.source not in forbidden]
+            candidates = [c for c in left[i] if c not in drawn]
+            left[i] = candidates
+            if candidates:
+                drawn.append(candidates.pop(rng.randrange(len(candidates))))
+        if not order:
+            break
+    return drawn
+
+
+def _normal(source: str) -> str:
+    """``source`` as the mutator writes its mutants (``ast.unparse`` and a newline)."""
+    return ast.unparse(ast.parse(source)) + "\n"
+
+
+def _program(problem: Problem, code: str) -> str:
+    return f"{problem.imports.rstrip()}\n{code}" if problem.imports.strip() else code
+
+
+def _golden_tests(problem: Problem) -> tuple[TestCase, ...]:
+    tests: dict[TestCase, None] = {}
+    for snippet in problem.golden_tests:
+        tests.update(dict.fromkeys(extract_tests(snippet, problem.entry_point).tests))
+    return tuple(tests)
+
+
+def _judged(drawn: Sequence[str], problem: Problem, grid: ExecGrid, seconds: float) -> LiveMutants:
+    usable = [t for t, o in enumerate(grid.oracle) if o.usable]
+    if not usable:
+        return LiveMutants((), len(drawn), 0, len(drawn), seconds, "no golden test has a usable oracle")
+    live, equivalent, dropped = [], 0, 0
+    for i, source in enumerate(drawn):
+        verdicts = [grid.verdicts[i][t] for t in usable]
+        if not grid.code_status[i].passed or any(v.status in ("timeout", "memory") for v in verdicts):
+            dropped += 1
+        elif all(v.passed for v in verdicts):
+            equivalent += 1
+        else:
+            live.append(_program(problem, source))
+    return LiveMutants(tuple(live), len(drawn), equivalent, dropped, seconds)
+
+
+class MutantPool:
+    """The live training mutants of every problem seen so far (the reference and its golden tests do
+    not change during a run, so each problem is drawn and filtered once)."""
+
+    def __init__(self, budget: int, seed: int) -> None:
+        self.budget = budget
+        self.seed = seed
+        self._cache: dict[tuple[str, ...], LiveMutants] = {}
+
+    @staticmethod
+    def _key(p: Problem) -> tuple[str, ...]:
+        return (p.id, p.reference, p.imports, p.entry_point, *p.golden_tests)
+
+    def live(
+        self, problems: Sequence[Problem], runner: GridRunner, *, rel_tol: float, abs_tol: float
+    ) -> list[LiveMutants]:
+        """Each problem's live mutants, in order: the cached ones (``filter_seconds`` 0), the others
+        drawn now and filtered in one sandbox call. A sandbox failure gives those problems no live
+        mutant for this call (with the reason) and is not cached."""
+        out: dict[int, LiveMutants] = {}
+        todo: list[tuple[int, Problem, list[str], GridJob, float]] = []
+        for i, p in enumerate(problems):
+            key = self._key(p)
+            if key in self._cache:
+                out[i] = replace(self._cache[key], filter_seconds=0.0)
+                continue
+            start = time.perf_counter()
+            tests = _golden_tests(p)
+            if not tests:
+                out[i] = self._cache[key] = LiveMutants((), reason="no golden tests")
+                continue
+            try:
+                drawn = draw_mutants(p.reference, self.budget, self.seed)
+            except SyntaxError:
+                out[i] = self._cache[key] = LiveMutants((), reason="the reference does not parse")
+                continue
+            if not drawn:
+                out[i] = self._cache[key] = LiveMutants((), reason="no second-order mutant")
+                continue
+            job = GridJob(p.id, p.reference, p.entry_point, tuple(_program(p, m) for m in drawn), tests)
+            todo.append((i, p, drawn, job, time.perf_counter() - start))
+        if todo:
+            start = time.perf_counter()
+            try:
+                grids = runner.run_grids([t[3] for t in todo], rel_tol=rel_tol, abs_tol=abs_tol)
+                if len(grids) != len(todo):
+                    raise RuntimeError(f"sandbox returned {len(grids)} grids for {len(todo)} jobs")
+            except Exception as e:  # noqa: BLE001 - the term is 0 this call, with the reason
+                for i, *_ in todo:
+                    out[i] = LiveMutants((), reason=f"sandbox: {type(e).__name__}: {e}")
+                return [out[i] for i in range(len(problems))]
+            share = (time.perf_counter() - start) / len(todo)
+            for (i, p, drawn, _, own), grid in zip(todo, grids, strict=True):
+                out[i] = self._cache[self._key(p)] = _judged(drawn, p, grid, own + share)
+        return [out[i] for i in range(len(problems))]
