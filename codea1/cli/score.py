@@ -1,7 +1,8 @@
 """``codea1 score``: rewards for raw model text, one JSON line in, one JSON line out.
 
 Input line: ``{"id", "reference", "entry_point", "question", "codes": [text, ...],
-"suites": [[text, ...] per code]}`` (optional ``"imports"``). Output line: ``{"id",
+"suites": [[text, ...] per code]}`` (optional ``"imports"``, and ``"golden_tests"``, the asserts the
+mutation term's mutants are filtered on: ``--term mutation=W``). Output line: ``{"id",
 "code_rewards", "suite_rewards", "breakdown"}``, plus ``"error"`` when the line could not be
 scored. ``-`` means stdin / stdout. With ``--mistake-book DB`` the book's tests are replayed as
 history and this run's failures are recorded as one new step (unless ``--no-update``).
@@ -22,6 +23,7 @@ from codea1.cli.interrupts import closed_whole
 from codea1.cli.options import check_workers
 from codea1.cli.outputs import OutputFile, check_distinct, check_input, check_output
 from codea1.config import RewardConfig, SandboxConfig
+from codea1.core.reward_terms import TESTER_TERMS, check_weights
 from codea1.replay.mistake_book import BookFileError, BookWriteError, MistakeBook, StepReport
 from codea1.scoring import ScoringItem, score_batch
 from codea1.types import Problem
@@ -51,6 +53,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--normalize-by-suite",
         action="store_true",
         help="normalise Val/Adv by each suite's size instead of N = 8",
+    )
+    parser.add_argument(
+        "--term",
+        action="append",
+        default=[],
+        metavar="NAME=WEIGHT",
+        help="add a reward term to R_T with this weight (repeatable; off by default): "
+        + "; ".join(f"{t.name}: {t.summary}" for t in TESTER_TERMS),
     )
     parser.add_argument(
         "--mistake-book", type=Path, default=None, metavar="DB", help="replay and update this Mistake Book"
@@ -97,11 +107,15 @@ def parse_line(line: str) -> ScoringItem:
         raise ValueError("'suites' must be a list (one per code) of lists of strings")
     if len(suites) != len(codes):
         raise ValueError(f"{len(suites)} suite lists for {len(codes)} codes")
+    golden = row.get("golden_tests", [])
+    if not isinstance(golden, list) or not all(isinstance(t, str) for t in golden):
+        raise ValueError("'golden_tests' must be a list of strings")
     problem = Problem(
         id=row["id"],
         question=str(row.get("question", "")),
         entry_point=row["entry_point"],
         reference=row["reference"],
+        golden_tests=tuple(golden),
         imports=str(row.get("imports", "")),
     )
     return ScoringItem(problem, tuple(codes), tuple(tuple(s) for s in suites))
@@ -211,6 +225,23 @@ def open_book(path: Path, no_update: bool) -> MistakeBook:
         raise CliError(f"--mistake-book {e}") from None
 
 
+def _term_weights(specs: Sequence[str]) -> dict[str, float]:
+    """``--term NAME=WEIGHT`` values as ``reward:`` fields (:data:`TESTER_TERMS` names them), or a
+    :class:`CliError` naming the bad one."""
+    weights: dict[str, float] = {}
+    for spec in specs:
+        name, sep, value = spec.partition("=")
+        try:
+            if not sep:
+                raise ValueError("expected NAME=WEIGHT")
+            weights[name.strip()] = float(value)
+            check_weights({name.strip(): float(value)})
+        except ValueError as e:
+            raise CliError(f"--term {spec}: {e}") from None
+    by_name = {t.name: t.weight for t in TESTER_TERMS}
+    return {by_name[name]: w for name, w in weights.items() if by_name[name]}
+
+
 def run(args: argparse.Namespace) -> int:
     """Score every line, write the output, then record the Mistake-Book step.
 
@@ -220,6 +251,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0.0 <= args.alpha <= 1.0:
         raise CliError(f"--alpha must be in [0, 1], got {args.alpha}")
+    weights = _term_weights(args.term)
     check_workers(args.workers)
     if args.no_update and args.mistake_book is None:
         raise CliError("--no-update needs --mistake-book")
@@ -229,7 +261,7 @@ def run(args: argparse.Namespace) -> int:
     check_distinct(args.mistake_book, "--mistake-book", {"--input": args.input})
     if args.mistake_book is not None and args.mistake_book.is_dir():
         raise CliError(f"--mistake-book {args.mistake_book}: is a directory, not a database file")
-    reward = RewardConfig(alpha=args.alpha, normalize_by_suite=args.normalize_by_suite)
+    reward = RewardConfig(alpha=args.alpha, normalize_by_suite=args.normalize_by_suite, **weights)
     book = open_book(args.mistake_book, args.no_update) if args.mistake_book is not None else None
     try:
         numbered = [(n, line) for n, line in enumerate(_read(args.input), 1) if line.strip()]
