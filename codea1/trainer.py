@@ -54,7 +54,7 @@ from codea1.step_metrics import (
 )
 from codea1.tracking import Tracker, read_eval_points, truncate_metrics
 from codea1.training_mutants import MutantPool
-from codea1.types import Problem, TestCase
+from codea1.types import Problem
 
 T = TypeVar("T")
 
@@ -145,8 +145,7 @@ class Trainer:
             len(self.problems), cfg.data.problems_per_step, cfg.data.seed, cfg.data.shuffle
         )
         self.loss_fn = bind_policy_loss(cfg.loss)
-        self.mutants = MutantPool(cfg.reward.mutation_mutants, cfg.reward.mutation_seed)
-        """Each problem's training mutants, drawn and filtered once a run (used when the mutation term is on)."""
+        self.mutants = MutantPool(cfg.reward.mutation_mutants, cfg.reward.mutation_seed)  # D12's, once a run
         self.book: MistakeBook | None = None
         self.tracker: Tracker | None = None
         self.stop_requested = False
@@ -198,15 +197,11 @@ class Trainer:
 
         with tracker.phase("execution"):
             items = ro.scoring_items(rollout)  # with the code extracted above: not extracted again
-            scores: list[Score]
-            history: dict[str, list[TestCase]] = {}
-            if trains_tester:
-                history = book.retrieve_many(pr.problem.id for pr in rollout.problems)
-                scores = list(
-                    score_batch(items, self.sandbox, reward=cfg.reward, history=history, mutants=self.mutants)
-                )
-            else:
-                scores = list(score_golden(items, self.sandbox, reward=cfg.reward))
+            history = book.retrieve_many(pr.problem.id for pr in rollout.problems) if trains_tester else {}
+            scores: Sequence[Score] = (  # golden: the coder alone, on the golden tests
+                score_batch(items, self.sandbox, reward=cfg.reward, history=history, mutants=self.mutants)
+                if trains_tester else score_golden(items, self.sandbox, reward=cfg.reward)
+            )  # fmt: skip
         self._drop_step_if_stopping()
 
         with tracker.phase("mistake_book"):
