@@ -241,7 +241,7 @@ def planned(command_sets: list[str], model: dict[str, Any], device: str) -> dict
         "random-init", layers=model["layers"], hidden=model["hidden"], intermediate=model["intermediate"],
         heads=model["heads"], kv_heads=model["kv_heads"], vocab=model["vocab"], tied=True,
     )  # fmt: skip
-    w = dtype_bytes(cfg)
+    w = dtype_bytes(cfg.engine)
     mems = {r: learner_memory(cfg, r, shape, local=True, weight_bytes=w) for r in ("coder", "tester")}
     terms = {f"{r} fp32 state": m.states_fp32 for r, m in mems.items()}
     terms["reference"] = mems["coder"].reference

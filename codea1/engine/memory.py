@@ -70,7 +70,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from codea1.config import RunConfig
+from codea1.config import EngineConfig, RunConfig
 
 GIB = float(1 << 30)
 PAPER_TOKENS_PER_GPU = 32768
@@ -217,17 +217,17 @@ def headroom_gib(total_gib: float) -> float:
     return HEADROOM_FRACTION * total_gib
 
 
-def shared_mask_gib(cfg: RunConfig) -> float:
+def shared_mask_gib(engine: EngineConfig) -> float:
     """The shared-prompt mask at its limit (:data:`MAX_MASK_ELEMENTS` × :data:`MASK_BYTES_PER_ELEMENT`)
     when the learner shares prompts (``engine.share_prompts``), else 0."""
-    return MAX_MASK_ELEMENTS * MASK_BYTES_PER_ELEMENT / GIB if cfg.engine.share_prompts else 0.0
+    return MAX_MASK_ELEMENTS * MASK_BYTES_PER_ELEMENT / GIB if engine.share_prompts else 0.0
 
 
-def dtype_bytes(cfg: RunConfig) -> int:
+def dtype_bytes(engine: EngineConfig) -> int:
     """Bytes per weight: ``engine.dtype`` (auto = bf16 on CUDA, fp32 on a CPU without native bf16)."""
-    if cfg.engine.dtype == "float32":
+    if engine.dtype == "float32":
         return 4
-    if cfg.engine.dtype == "bfloat16" or cfg.engine.device.startswith("cuda"):
+    if engine.dtype == "bfloat16" or engine.device.startswith("cuda"):
         return 2
     return 4
 
@@ -401,7 +401,7 @@ def learner_memory(
     * The shared-prompt mask at its limit (``mask``, :func:`shared_mask_gib`).
     * :data:`LEARNER_OVERHEAD_GIB`, an allowance for the CUDA context, NCCL and cuBLAS.
     """
-    w = weight_bytes or dtype_bytes(cfg)
+    w = weight_bytes or dtype_bytes(cfg.engine)
     local = cfg.engine.backend == "local" if local is None else local
     ranks = 1 if local else cfg.cluster.learner_workers
     sampling = getattr(cfg, role).sampling
@@ -440,7 +440,7 @@ def learner_memory(
         activations_paper_budget=paper / GIB,
         overhead=LEARNER_OVERHEAD_GIB,
         base=base / GIB,
-        mask=shared_mask_gib(cfg),
+        mask=shared_mask_gib(cfg.engine),
         reference_host=reference_host / GIB,
     )
 
@@ -476,7 +476,7 @@ class EngineMemory:
 
 def engine_memory(cfg: RunConfig, model: ModelShape, weight_bytes: int = 0) -> EngineMemory:
     """What one engine holds with the configured KV cache, and what the whole batch would need."""
-    w = weight_bytes or dtype_bytes(cfg)
+    w = weight_bytes or dtype_bytes(cfg.engine)
     return EngineMemory(
         weights=model.params * w / GIB,
         kv_cache=default_kv_bytes(cfg, model, w) / GIB,
@@ -595,7 +595,7 @@ def plan_gpu(
     """The plan of a GPU of ``total_gib`` holding ``residents`` and the engines of ``slots`` (in
     start order); with ``learners`` (what the GPU holds while its learners compute), the engines
     sleep then, each keeping :data:`ENGINE_FIXED_GIB`. See the module docstring for the rules."""
-    w = weight_bytes or dtype_bytes(cfg)
+    w = weight_bytes or dtype_bytes(cfg.engine)
     headroom = headroom_gib(total_gib)
     asleep = (
         (*learners, *(Resident(f"{s.what}, asleep", ENGINE_FIXED_GIB) for s in slots)) if learners else ()
@@ -672,7 +672,7 @@ def local_plan(
     shared-prompt mask, the CUDA context); beside the awake engines the learners hold their state
     at rest (weights and AdamW moments; the residents). ``models`` maps each role to its model
     (the tester's may be left out when ``shared``)."""
-    w = weight_bytes or dtype_bytes(cfg)
+    w = weight_bytes or dtype_bytes(cfg.engine)
     separate = cfg.engine.mode == "separate"
     learners = ["coder"] if shared else ["coder", "tester"]
     mems = {r: learner_memory(cfg, r, models[r], local=True, weight_bytes=w) for r in learners}

@@ -65,7 +65,7 @@ def test_the_local_learners_count_fp32_state_references_once_and_one_update_at_a
         mem.learner_memory(cfg, role, QWEN_1_5B, local=True).activations for role in ("coder", "tester")
     )
     mask = (1 << 28) * 5 / mem.GIB  # the shared-prompt mask at the learner's limit, 5 bytes an element
-    assert mem.shared_mask_gib(cfg) == pytest.approx(mask)
+    assert mem.shared_mask_gib(cfg.engine) == pytest.approx(mask)
     assert held["activations"] == pytest.approx(
         worst + 2 * p / mem.GIB + mask
     )  # one update at a time + autocast's copy + the mask
