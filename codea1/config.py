@@ -150,7 +150,8 @@ class RewardConfig:
     """Weight w of the mutation term added to R_T (docs/algorithm.md, deviation D12): w x the share of
     the reference's live mutants the suite's valid tests kill, each counted once; 0 = the paper's R_T."""
     mutation_mutants: int = 16
-    """Second-order mutants of the reference drawn per problem for that term (equivalent ones then dropped)."""
+    """Mutants of the reference drawn per problem for that term (D12: Cosmic-Ray's operators and
+    second-order AST mutants, never eval's first-order ones; equivalent ones then dropped)."""
     mutation_seed: int = 0
     """Seed of that draw (the mutants are fixed per problem for the whole run)."""
 

@@ -1,12 +1,20 @@
-"""The mutants the mutation term pays for (docs/algorithm.md, deviation D12): per problem, drawn from
-codea1's AST mutator (:mod:`codea1.eval.mutants`) and filtered on the golden tests in the sandbox,
-once per problem for a whole run (:class:`MutantPool` keeps them).
+"""The mutants the mutation term pays for (docs/algorithm.md, deviation D12): per problem, drawn and
+filtered on the golden tests in the sandbox once per problem for a whole run (:class:`MutantPool`
+keeps them).
 
-Which mutants: **second-order** ones, the mutator applied to one of the reference's first-order
-mutants (:func:`draw_mutants`: a seeded order of the first-order mutants, one second-order mutant
-drawn from each until ``reward.mutation_mutants`` are found). Every first-order mutant, and the
-reference itself, is removed from the draw, so no training mutant is one of the mutants
-``eval/tester/mut@k`` counts, whatever ``eval.max_mutants`` is.
+Which mutants (:func:`draw_mutants`): a seeded uniform sample of ``reward.mutation_mutants`` from the
+union of two sources, **none of them a mutant that ``eval/tester/mut@k`` counts**:
+
+- the mutants of **Cosmic-Ray's operators** (:mod:`codea1.eval.cosmic_mutants`, the operators of the
+  paper's tester benchmark; when the ``cosmic-ray`` package is installed), e.g. ``a + b`` →
+  ``a * b``, ``a // b``, ``a ** b``;
+- the **second-order** mutants of codea1's AST mutator (:mod:`codea1.eval.mutants` applied to each
+  of the reference's first-order mutants), which also cover calls and returns.
+
+Every first-order mutant of codea1's AST mutator (the set evaluation's mutants are taken from,
+whatever ``eval.max_mutants`` is) and the reference itself are removed, comparing sources as
+``ast.unparse`` writes them. One-line functions have few AST mutants and fewer second-order ones
+(7 of the 12 ``demo:easy-train`` problems have none), which is why Cosmic-Ray's operators are in.
 
 Which earn nothing: a mutant that passes every usable golden test is *equivalent* (the reference's
 own tests cannot tell it from the reference; its Golden-Tests reward would be 1); a mutant that
@@ -25,6 +33,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from codea1.data.parsing import extract_tests
+from codea1.eval.cosmic_mutants import MutantsUnavailable, cosmic_ray_mutants
 from codea1.eval.mutants import generate_mutants
 from codea1.types import ExecGrid, GridJob, Problem, TestCase
 
@@ -62,29 +71,25 @@ class LiveMutants:
 
 
 def draw_mutants(reference: str, budget: int, seed: int) -> list[str]:
-    """Up to ``budget`` distinct second-order mutants of ``reference``, none equal to the reference or to
-    any of its first-order mutants (``SyntaxError`` when it does not parse). Deterministic in
-    (``reference``, ``seed``): the first-order mutants in a seeded order, one second-order mutant drawn
-    from each in turn, round after round, until ``budget`` are drawn or none is left."""
+    """Up to ``budget`` distinct training mutants of ``reference`` (the module docstring says which;
+    ``SyntaxError`` when it does not parse), as ``ast.unparse`` writes them. Deterministic in
+    (``reference``, ``seed``): a seeded uniform sample of the candidates, in candidate order."""
     first = generate_mutants(reference)
     forbidden = {_normal(reference)} | {m.source for m in first}
-    rng = random.Random(f"{seed}\0{reference}")
-    order = rng.sample(first, len(first))
-    left: dict[int, list[str]] = {}
-    drawn: list[str] = []
-    while len(drawn) < budget and (not left or any(left.values())):
-        for i, m in enumerate(order):
-            if len(drawn) >= budget:
-                break
-            if i not in left:  # a first-order mutant's own mutants, computed when first visited
-                left[i] = [s.source for s in generate_mutants(m.source) if s.source not in forbidden]
-            candidates = [c for c in left[i] if c not in drawn]
-            left[i] = candidates
-            if candidates:
-                drawn.append(candidates.pop(rng.randrange(len(candidates))))
-        if not order:
-            break
-    return drawn
+    candidates: dict[str, None] = {}
+    try:
+        for m in cosmic_ray_mutants(reference):
+            candidates.setdefault(_normal(m.source))
+    except MutantsUnavailable:
+        pass  # the AST mutator's second-order mutants alone
+    for m in first:
+        for s in generate_mutants(m.source):
+            candidates.setdefault(s.source)
+    pool = [c for c in candidates if c not in forbidden]
+    if len(pool) <= budget:
+        return pool
+    keep = sorted(random.Random(f"{seed}\0{reference}").sample(range(len(pool)), budget))
+    return [pool[i] for i in keep]
 
 
 def _normal(source: str) -> str:
@@ -156,7 +161,9 @@ class MutantPool:
                 out[i] = self._cache[key] = LiveMutants((), reason="the reference does not parse")
                 continue
             if not drawn:
-                out[i] = self._cache[key] = LiveMutants((), reason="no second-order mutant")
+                out[i] = self._cache[key] = LiveMutants(
+                    (), reason="no training mutant (docs/algorithm.md, D12)"
+                )
                 continue
             job = GridJob(p.id, p.reference, p.entry_point, tuple(_program(p, m) for m in drawn), tests)
             todo.append((i, p, drawn, job, time.perf_counter() - start))

@@ -3,6 +3,7 @@ equivalent or dropped, which kills count, what R_T gains; and the draw itself on
 
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from scoring_fake_grid import FakeSandbox
 
 from codea1.cli import main
 from codea1.config import RewardConfig
+from codea1.eval.cosmic_mutants import cosmic_ray_mutants
 from codea1.eval.mutants import generate_mutants
 from codea1.scoring import ScoringItem, score_batch
 from codea1.tracking import read_metrics
@@ -80,13 +82,16 @@ def test_a_problem_without_golden_tests_gets_no_live_mutant_and_zero_term() -> N
 
 
 def test_training_mutants_are_never_the_mutants_eval_counts() -> None:
-    """The draw holds second-order mutants only: none is the reference or one of its first-order
-    mutants (the set ``eval/tester/mut@k`` samples from), whatever the seed; it is seeded."""
+    """The draw holds Cosmic-Ray's mutants and the AST mutator's second-order ones, never the
+    reference or one of its first-order AST mutants (the set ``eval/tester/mut@k`` samples from),
+    whatever the seed; it is seeded."""
     reference = "def f(xs, k):\n    total = 0\n    for x in xs:\n        if x > k:\n            total += x\n    return total\n"
     first = {m.source for m in generate_mutants(reference)}
     second = {s.source for m in generate_mutants(reference) for s in generate_mutants(m.source)}
-    available = second - first - {reference}  # 12 here: 5 first-order mutants, pairs of them
-    assert set(draw_mutants(reference, 100, 0)) == available and len(available) == 12
+    cosmic = {ast.unparse(ast.parse(m.source)) + "\n" for m in cosmic_ray_mutants(reference)}
+    available = (cosmic | second) - first - {reference}
+    assert "x < k" in "".join(cosmic - first)  # Cosmic-Ray's > -> <, which the AST mutator never makes
+    assert set(draw_mutants(reference, 1000, 0)) == available and len(available) > len(second - first)
     for seed in range(3):
         drawn = draw_mutants(reference, 8, seed)
         assert len(drawn) == 8 == len(set(drawn)) and set(drawn) <= available
@@ -94,6 +99,14 @@ def test_training_mutants_are_never_the_mutants_eval_counts() -> None:
     assert draw_mutants(reference, 8, 0) != draw_mutants(reference, 8, 1)
     with pytest.raises(SyntaxError):
         draw_mutants("def f(:\n", 4, 0)
+
+
+def test_one_line_functions_get_mutants_from_cosmic_rays_operators() -> None:
+    """``return a + b`` has one first-order AST mutant besides ``return None`` and no second-order
+    one; Cosmic-Ray's operators give it the other binary operators."""
+    drawn = draw_mutants("def add(a, b):\n    return a + b\n", 16, 0)
+    assert "def add(a, b):\n    return a * b\n" in drawn and len(drawn) >= 8
+    assert not {"def add(a, b):\n    return a - b\n", "def add(a, b):\n    return None\n"} & set(drawn)
 
 
 def test_a_scripted_run_logs_the_terms_metrics_with_the_real_sandbox(tmp_path: Path) -> None:
