@@ -102,10 +102,33 @@ def _program(problem: Problem, code: str) -> str:
 
 
 def _golden_tests(problem: Problem) -> tuple[TestCase, ...]:
+    """The golden asserts as tests the grid can run (``assert f(x) is True`` included, as an equality)."""
     tests: dict[TestCase, None] = {}
     for snippet in problem.golden_tests:
-        tests.update(dict.fromkeys(extract_tests(snippet, problem.entry_point).tests))
+        tests.update(dict.fromkeys(extract_tests(_identity_as_equality(snippet), problem.entry_point).tests))
     return tuple(tests)
+
+
+def _identity_as_equality(snippet: str) -> str:
+    """``assert CALL is True`` (or ``False`` / ``None``) as ``assert CALL == True``: the test parser
+    takes equalities only, and for these three constants the sandbox's type-aware equality gives the
+    identity's verdict (``1 == True`` fails there: the types differ). Anything else is left as it is."""
+    try:
+        tree = ast.parse(snippet)
+    except (SyntaxError, ValueError):
+        return snippet
+    changed = False
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Compare)
+            and len(node.ops) == 1
+            and isinstance(node.ops[0], ast.Is)
+            and isinstance(node.comparators[0], ast.Constant)
+            and any(node.comparators[0].value is c for c in (True, False, None))
+        ):
+            node.ops = [ast.Eq()]
+            changed = True
+    return ast.unparse(tree) if changed else snippet
 
 
 def _judged(drawn: Sequence[str], problem: Problem, grid: ExecGrid, seconds: float) -> LiveMutants:

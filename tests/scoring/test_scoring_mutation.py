@@ -168,3 +168,15 @@ def test_score_takes_a_term_by_name_and_refuses_a_bad_one(
         assert main(["score", "--input", str(src), "--output", str(out), "--term", bad]) == 2
         err = capsys.readouterr().err.strip()
         assert message in err and len(err.splitlines()) == 1 and not out.exists()
+
+
+def test_golden_asserts_of_the_form_is_true_filter_mutants_too() -> None:
+    """``assert f(x) is True`` is not a test the parser takes; as an equality (type-aware, so 1 is not
+    True) it filters the mutants like any golden test (before: "no golden tests", no live mutant)."""
+    reference = "def is_zero(x):\n    return x == 0\n"
+    p = Problem(id="z", question="q", entry_point="is_zero", reference=reference,
+                golden_tests=("assert is_zero(0) is True", "assert is_zero(3) is False"))  # fmt: skip
+    item = ScoringItem(p, ("```python\ndef is_zero(x):\n    return x == 0\n```",), ((SUITE,),))
+    (s,) = score_batch([item], FakeSandbox(), reward=RewardConfig(mutation_weight=1.0))
+    stats = s.term_stats["mutation"]
+    assert stats["live"] > 0 and stats["generated"] == stats["live"] + stats["equivalent"] + stats["dropped"]
