@@ -78,16 +78,8 @@ SOURCE_FILES = ("pyproject.toml", "README.md", "codea1")
 """What the install copies from the repository (a build writes ``build/`` and ``*.egg-info`` there)."""
 
 
-@dataclass
-class Row:
-    """One line of the table."""
-
-    name: str
-    verdict: str
-    value: str
-    how: str
-    seconds: float | None = None
-    data: dict[str, Any] = field(default_factory=dict)
+Row = gpu_train.Row
+"""One line of the table (the train stage writes its rows in this form)."""
 
 
 @dataclass
