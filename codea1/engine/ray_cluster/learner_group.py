@@ -15,7 +15,7 @@ Imports: ray (lazily), config, core.losses, engine.base, this package.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,29 +28,17 @@ from codea1.engine.ray_cluster.learner_worker import LearnerWorker
 from codea1.engine.ray_cluster.placement import Layout
 from codea1.engine.ray_cluster.session import gather, import_ray
 from codea1.engine.ray_cluster.shares import merge_step_stats, spans
-from codea1.engine.ray_cluster.transfer import DirectWeights
+from codea1.engine.ray_cluster.transfer import DirectWeights, LazyWeights
 
 
-class RemoteWeights(Mapping[str, torch.Tensor]):
+class RemoteWeights(LazyWeights):
     """Weights held in the Ray object store; ``ref`` travels to actors, reading fetches them."""
 
     def __init__(self, ref: Any) -> None:
         self.ref = ref
-        self._local: dict[str, torch.Tensor] | None = None
 
-    def _fetch(self) -> dict[str, torch.Tensor]:
-        if self._local is None:
-            self._local = import_ray().get(self.ref)
-        return self._local
-
-    def __getitem__(self, name: str) -> torch.Tensor:
-        return self._fetch()[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._fetch())
-
-    def __len__(self) -> int:
-        return len(self._fetch())
+    def _load(self) -> Mapping[str, torch.Tensor]:
+        return import_ray().get(self.ref)
 
 
 class RayLearnerGroup:

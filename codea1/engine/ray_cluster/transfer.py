@@ -106,21 +106,17 @@ class ReplicaWeightSyncClient:
         self._all(lambda h: h.finish_weight_update.remote())
 
 
-class DirectWeights(Mapping[str, torch.Tensor]):
-    """What a learner group connected to its replicas by ``nccl`` / ``ipc`` hands the trainer as its
-    ``named_weights``: ``push()`` makes the ranks send (returns the sync's figures). Reading it as a
-    mapping gathers the weights through the object store instead (``gather``), as before."""
+class LazyWeights(Mapping[str, torch.Tensor]):
+    """Weights read as a mapping, loaded by :meth:`_load` on first use and kept."""
 
-    def __init__(
-        self, push: Callable[[], dict[str, float]], gather: Callable[[], Mapping[str, torch.Tensor]]
-    ) -> None:
-        self.push = push
-        self._gather = gather
-        self._local: Mapping[str, torch.Tensor] | None = None
+    _local: Mapping[str, torch.Tensor] | None = None
+
+    def _load(self) -> Mapping[str, torch.Tensor]:
+        raise NotImplementedError
 
     def _fetch(self) -> Mapping[str, torch.Tensor]:
         if self._local is None:
-            self._local = self._gather()
+            self._local = self._load()
         return self._local
 
     def __getitem__(self, name: str) -> torch.Tensor:
@@ -131,3 +127,15 @@ class DirectWeights(Mapping[str, torch.Tensor]):
 
     def __len__(self) -> int:
         return len(self._fetch())
+
+
+class DirectWeights(LazyWeights):
+    """What a learner group connected to its replicas by ``nccl`` / ``ipc`` hands the trainer as its
+    ``named_weights``: ``push()`` makes the ranks send (returns the sync's figures). Reading it as a
+    mapping gathers the weights through the object store instead (``gather``), as before."""
+
+    def __init__(
+        self, push: Callable[[], dict[str, float]], gather: Callable[[], Mapping[str, torch.Tensor]]
+    ) -> None:
+        self.push = push
+        self._load = gather  # type: ignore[method-assign]
