@@ -1,0 +1,356 @@
+"""Where a CPU training step's time goes, against the machine's own matrix-multiply rate.
+
+For one preset, each rollout engine (``transformers`` and ``vllm``) runs in a fresh process that:
+
+1. (in a process of its own, which builds nothing) times a GEMM of the learner's largest shape
+   (micro-batch tokens x hidden @ hidden x intermediate, the learner's dtype): the roofline, in
+   GFLOP/s;
+2. builds the run's roles (``codea1.engine.build.build``, the trainer's own path) and times the
+   same GEMM again, with ``torch.get_num_threads()`` before and after: what building the engine did
+   to the process;
+3. times the phases of a step on fixed work: sampling the coder prompts and the white-box tester
+   prompts (each problem's reference solution as the code under attack), then, on one fixed batch
+   per role (the real prompts, completions of seeded token ids of ``max_new_tokens`` each, the same
+   in both processes), the reference log-prob pass and ``train_step`` (the update), repeated.
+
+Each phase's FLOPs are counted from the model's shape (:func:`flops_per_sequence`): 2 x decoder
+weights per token forward plus causal attention (2 x layers x hidden x L^2), the output head
+only where log-probs are taken; an update is forward + backward (3 forwards for full weights,
+2 for LoRA, whose frozen weights need no weight gradients; one more with gradient checkpointing).
+Sampling's share is low by nature (decoding one token at a time reads every weight per token);
+the learner's phases are the ones the GEMM rate bounds. Beside each phase: CPU and system seconds,
+minor page faults, and which threads of the process used the CPU (an engine's threads working
+while the learner computes would show there; on the Ray backend only the driver's threads are seen).
+
+Usage: ``python benchmarks/roofline_bench.py [--preset tiny-cpu] [--engines transformers,vllm]
+[--problems 2] [--repeats 3] [--set KEY=VALUE ...] [--json FILE]``. Slow (minutes); run it alone, the numbers are
+meaningless under CPU contention.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+from codea1.engine.memory import ModelShape
+
+ENGINES = ("transformers", "vllm")
+GEMM_REPEATS = 7
+
+
+def model_shape(cfg) -> ModelShape:  # noqa: ANN001 - a codea1 RunConfig
+    """The coder model's :class:`~codea1.engine.memory.ModelShape`, from its ``config.json`` only."""
+    from transformers import AutoConfig
+
+    from codea1.engine.loading import model_location
+
+    location = model_location(cfg.engine.coder_model, cfg.engine.cache_dir)
+    return ModelShape.from_hf_config(AutoConfig.from_pretrained(location), location)
+
+
+def micro_batch_tokens(cfg) -> int:  # noqa: ANN001 - a codea1 RunConfig
+    """Rows of the roofline GEMM: a coder micro-batch of half-length prompts and a full completion."""
+    return cfg.coder.optim.micro_batch_size * (
+        cfg.coder.sampling.max_prompt_tokens // 2 + cfg.coder.sampling.max_new_tokens
+    )
+
+
+def flops_per_sequence(shape: ModelShape, prompt: int, completion: int, *, head_tokens: int) -> float:
+    """FLOPs of one forward pass over ``prompt + completion`` tokens: the decoder layers' weights on
+    every token (2 FLOPs per weight), causal attention (QK^T and AV, each L^2/2 x hidden
+    multiply-adds per layer), and the output head (vocabulary x hidden) on ``head_tokens`` positions."""
+    length = prompt + completion
+    return (
+        2.0 * shape.layers * shape.layer_params * length
+        + 2.0 * shape.layers * shape.hidden * length**2
+        + (2.0 * shape.vocab * shape.hidden * head_tokens)
+    )
+
+
+def update_factor(lora: bool, checkpointing: bool) -> float:
+    """Forward passes' worth of work in one update: forward, activation gradients, and weight
+    gradients unless the weights are frozen (LoRA); a recomputed forward with checkpointing."""
+    return (2.0 if lora else 3.0) + (1.0 if checkpointing else 0.0)
+
+
+def gemm_rate(tokens: int, hidden: int, intermediate: int, dtype) -> float:  # noqa: ANN001 - torch.dtype
+    """Median GFLOP/s of ``(tokens x hidden) @ (hidden x intermediate)`` in ``dtype`` on this CPU."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(tokens, hidden, generator=gen).to(dtype)
+    b = torch.randn(hidden, intermediate, generator=gen).to(dtype)
+    flops = 2.0 * tokens * hidden * intermediate
+    torch.matmul(a, b)  # warm-up
+    rates = []
+    for _ in range(GEMM_REPEATS):
+        start = time.perf_counter()
+        reps = 0
+        while (elapsed := time.perf_counter() - start) < 0.3:
+            torch.matmul(a, b)
+            reps += 1
+        rates.append(flops * reps / elapsed / 1e9)
+    return statistics.median(rates)
+
+
+def thread_ticks() -> dict[int, tuple[str, int]]:
+    """CPU clock ticks (user + system) of each thread of this process, with its name (Linux ``/proc``)."""
+    ticks = {}
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue  # the thread ended
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        ticks[int(task)] = (name, int(fields[11]) + int(fields[12]))
+    return ticks
+
+
+def busy_threads(before: dict[int, tuple[str, int]], after: dict[int, tuple[str, int]]) -> list[list]:
+    """``[name, seconds]`` of each thread that used CPU between two :func:`thread_ticks`, busiest first."""
+    hz = os.sysconf("SC_CLK_TCK")
+    used = [[name, (t - before.get(tid, (name, 0))[1]) / hz] for tid, (name, t) in after.items()]
+    return sorted((u for u in used if u[1] > 0), key=lambda u: -u[1])
+
+
+def timed(fn, repeats: int) -> dict[str, float]:  # noqa: ANN001 - a no-argument callable
+    """Median wall seconds, CPU seconds, system CPU seconds and minor page faults of ``repeats``
+    calls of ``fn``, the spread of the wall times (max / min), and the CPU seconds of each busy
+    thread over all the calls (which threads did the work)."""
+    rows, threads_before = [], thread_ticks()
+    for _ in range(repeats):
+        before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+        fn()
+        wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
+        rows.append({
+            "seconds": wall, "cpu_s": after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime,
+            "sys_s": after.ru_stime - before.ru_stime, "faults": after.ru_minflt - before.ru_minflt,
+        })  # fmt: skip
+    walls = [r["seconds"] for r in rows]
+    medians = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+    return medians | {
+        "spread": max(walls) / min(walls),
+        "threads": busy_threads(threads_before, thread_ticks()),
+    }
+
+
+def measure(preset: str, engine: str, overrides: list[str], problems_n: int, repeats: int) -> dict:
+    """The phases of one engine, in this process (see the module docstring)."""
+    import torch
+
+    from codea1.config import load_config
+    from codea1.data.problems import load_problems
+    from codea1.data.prompts import coder_messages, tester_messages
+    from codea1.engine.base import SamplingParams, TrainBatch
+    from codea1.engine.build import build
+    from codea1.engine.loading import pick_device, pick_dtype
+    from codea1.scoring import bind_policy_loss
+
+    cfg = load_config(preset, [f"engine.rollout={engine}", *overrides])
+    dtype = pick_dtype(cfg.engine.dtype, pick_device(cfg.engine.device))
+    threads_before = torch.get_num_threads()
+    problems = load_problems(cfg.data.train)[:problems_n]
+    roles = build(cfg, problems)
+    threads_after = torch.get_num_threads()
+    shape = model_shape(cfg)
+    row: dict = {
+        "engine": engine, "dtype": str(dtype).removeprefix("torch."), "threads_before": threads_before,
+        "threads_after": threads_after, "hidden": shape.hidden, "intermediate": shape.intermediate, "phases": {},
+    }  # fmt: skip
+    # the roofline after the build; the one before it is measured in a process of its own (see main)
+    row["gemm_after"] = gemm_rate(micro_batch_tokens(cfg), shape.hidden, shape.intermediate, dtype)
+    lora = cfg.engine.mode == "adapters"
+    factor = update_factor(lora, cfg.engine.gradient_checkpointing)
+    loss_fn = bind_policy_loss(cfg.loss)
+    rng = random.Random(0)
+    for role, policy, role_learner, sampling in (
+        ("coder", roles.coder_policy, roles.coder_learner, cfg.coder.sampling),
+        ("tester", roles.tester_policy, roles.tester_learner, cfg.tester.sampling),
+    ):
+        messages = [
+            coder_messages(p)
+            if role == "coder"
+            else tester_messages(p, p.reference, cfg.tester.tests_per_suite)
+            for p in problems
+        ]
+        texts = [policy.render(m) for m in messages]
+        params = SamplingParams(
+            n=sampling.n, temperature=sampling.temperature, top_p=sampling.top_p,
+            max_new_tokens=sampling.max_new_tokens, seed=0, batch_size=sampling.batch_size,
+        )  # fmt: skip
+        policy.generate(texts[:1], SamplingParams(n=1, max_new_tokens=4, seed=1))  # warm-up
+        outs: list = []
+        sampled = timed(lambda: outs.append(policy.generate(texts, params)), 1)  # noqa: B023
+        out = outs[0]
+        prompt_tokens = sum(len(c.prompt_ids) for c in out)
+        new_tokens = sum(len(c.completion_ids) for c in out)
+        flops = sum(flops_per_sequence(shape, len(c.prompt_ids), len(c.completion_ids), head_tokens=len(c.completion_ids)) for c in out)  # fmt: skip
+        row["phases"][f"{role} sampling"] = {"tokens": prompt_tokens + new_tokens, "flops": flops} | sampled  # fmt: skip
+
+        prompt_ids = {c.prompt_index: c.prompt_ids for c in out}
+        length = sampling.max_new_tokens
+        ids = [prompt_ids[i] for i in sorted(prompt_ids) for _ in range(sampling.n)]
+        batch = TrainBatch(
+            prompt_ids=ids,
+            completion_ids=[tuple(rng.randrange(1000, 20000) for _ in range(length)) for _ in ids],
+            advantages=[rng.choice((-1.0, 1.0)) for _ in ids],
+        )
+        tokens = sum(len(p) + length for p in ids)
+        forward = sum(flops_per_sequence(shape, len(p), length, head_tokens=length) for p in ids)
+        if cfg.loss.keeps_reference:
+            refs: list = []
+            scored = timed(lambda: refs.append(role_learner.logprobs(batch, reference=True)), repeats)  # noqa: B023
+            batch = TrainBatch(
+                batch.prompt_ids, batch.completion_ids, batch.advantages, ref_logprobs=refs[-1]
+            )
+            row["phases"][f"{role} ref log-probs"] = {"tokens": tokens, "flops": forward} | scored
+        role_learner.train_step(batch, loss_fn)  # warm-up (optimizer state, allocator)
+        updated = timed(lambda: role_learner.train_step(batch, loss_fn), repeats)  # noqa: B023
+        row["phases"][f"{role} update"] = {"tokens": tokens, "flops": forward * factor} | updated
+    roles.close()
+    return row
+
+
+def gemm_only(preset: str, overrides: list[str]) -> dict:
+    """The GEMM rate and thread count of a process that has built nothing (the baseline)."""
+    import torch
+
+    from codea1.config import load_config
+    from codea1.engine.loading import pick_device, pick_dtype
+
+    cfg = load_config(preset, overrides)
+    dtype = pick_dtype(cfg.engine.dtype, pick_device(cfg.engine.device))
+    shape, tokens = model_shape(cfg), micro_batch_tokens(cfg)
+    rate = gemm_rate(tokens, shape.hidden, shape.intermediate, dtype)
+    return {"gemm": rate, "threads": torch.get_num_threads(), "tokens": tokens}
+
+
+def child(args: argparse.Namespace, what: str) -> dict | None:
+    """``--one WHAT`` in a fresh process; None (with the reason printed) when it fails."""
+    cmd = [sys.executable, __file__, "--one", what, "--preset", args.preset, "--problems", str(args.problems),
+           "--repeats", str(args.repeats), *[x for o in args.overrides for x in ("--set", o)]]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        print(f"  {what}: failed ({tail})", flush=True)
+        return None
+    return json.loads(lines[-1])
+
+
+def cpu_name() -> str:
+    """The CPU's model name and whether it computes bf16 natively (AVX512-BF16 or AMX)."""
+    from codea1.engine.loading import cpu_has_native_bf16
+
+    name = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
+    except OSError:
+        pass
+    return f"{name}, {os.cpu_count()} cores, {'with' if cpu_has_native_bf16() else 'without'} native bf16"
+
+
+def print_table(base: dict, rows: list[dict]) -> None:
+    """Phase x engine: seconds, GFLOP/s and share of the roofline; the last column compares the
+    second engine's seconds per token with the first's."""
+    roof = base["gemm"]
+    print(f"\nroofline: GEMM {base['tokens']} x {rows[0]['hidden']} @ {rows[0]['hidden']} x "
+          f"{rows[0]['intermediate']} ({rows[0]['dtype']}): {roof:.1f} GFLOP/s, {base['threads']} torch threads")  # fmt: skip
+    for r in rows:
+        print(f"  after building with {r['engine']}: {r['gemm_after']:.1f} GFLOP/s "
+              f"({r['gemm_after'] / roof:.0%} of it), torch threads {r['threads_before']} -> {r['threads_after']}")  # fmt: skip
+    head = f"{'phase':<22}{'tokens':>8}{'GFLOP':>8}"
+    for r in rows:
+        head += f"{r['engine'] + ' s':>16}{'cpu s':>8}{'sys s':>7}{'faults':>9}{'GFLOP/s':>9}{'roof':>6}"
+    if len(rows) == 2:
+        head += f"{'s/token ' + rows[1]['engine'] + '/' + rows[0]['engine']:>26}"
+    print(head)
+    for phase in rows[0]["phases"]:
+        cells = [r["phases"].get(phase) for r in rows]
+        if any(c is None for c in cells):
+            continue
+        line = f"{phase:<22}{cells[0]['tokens']:>8}{cells[0]['flops'] / 1e9:>8.0f}"
+        for c in cells:
+            rate = c["flops"] / c["seconds"] / 1e9
+            line += (
+                f"{c['seconds']:>16.2f}{c['cpu_s']:>8.2f}{c['sys_s']:>7.2f}{c['faults']:>9.0f}"
+                f"{rate:>9.1f}{rate / roof:>6.0%}"
+            )
+        if len(cells) == 2:
+            per = [c["seconds"] / c["tokens"] for c in cells]
+            line += f"{per[1] / per[0]:>26.2f}"
+        print(line)
+    print("threads that used CPU in each learner phase (CPU seconds over its repeats; the learner's are"
+          " the main thread and torch's OpenMP workers, which carry the process's name):")  # fmt: skip
+    for r in rows:
+        for phase, c in r["phases"].items():
+            if "sampling" not in phase:
+                top = ", ".join(f"{name} {sec:.1f}" for name, sec in c["threads"][:6])
+                print(f"  {r['engine']:<13}{phase:<22}{len(c['threads']):>3} busy: {top}")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, checked before anything runs: engines, counts, the configuration (preset and
+    ``--set`` values) and the ``--json`` file's directory; a bad one is a one-line error (exit 2)."""
+    ap = argparse.ArgumentParser(prog="roofline_bench.py", description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="tiny-cpu")
+    ap.add_argument("--engines", default=",".join(ENGINES), help="rollout engines, side by side")
+    ap.add_argument("--problems", type=int, default=2, help="problems sampled per role (a step's)")
+    ap.add_argument("--repeats", type=int, default=3, help="timed repeats of each learner phase (median)")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], help="a configuration override")
+    ap.add_argument("--json", help="also write the measurements to this JSON file")
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    args.engine_list = [e for e in args.engines.split(",") if e]
+    if not args.engine_list or any(e not in ENGINES for e in args.engine_list):
+        ap.error(f"--engines: expected a comma-separated list of {', '.join(ENGINES)}, got {args.engines!r}")
+    if args.problems < 1 or args.repeats < 1:
+        ap.error("--problems and --repeats must be at least 1")
+    if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
+        ap.error(f"--json: no directory {os.path.dirname(os.path.abspath(args.json))}")
+    from codea1.config import ConfigError, load_config
+
+    try:
+        load_config(args.preset, args.overrides)
+    except ConfigError as e:
+        ap.error(str(e).splitlines()[0])
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.one:
+        if args.one == "gemm":
+            print(json.dumps(gemm_only(args.preset, args.overrides)))
+        else:
+            print(json.dumps(measure(args.preset, args.one, args.overrides, args.problems, args.repeats)))
+        return
+    print(f"preset {args.preset} {' '.join(args.overrides)} | {cpu_name()}", flush=True)
+    base = child(args, "gemm")
+    rows = [r for e in args.engine_list if (r := child(args, e)) is not None]
+    if base and rows:
+        print_table(base, rows)
+    if args.json:
+        found = {
+            "cpu": cpu_name(),
+            "preset": args.preset,
+            "overrides": args.overrides,
+            "gemm": base,
+            "rows": rows,
+        }
+        with open(args.json, "w") as f:
+            json.dump(found, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

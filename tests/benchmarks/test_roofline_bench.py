@@ -1,0 +1,70 @@
+"""``benchmarks/roofline_bench.py``: its FLOP counts and its argument checks (the benchmark itself
+loads models and is run by hand, docs/LOG.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from codea1.engine.memory import ModelShape
+from tests.benchmarks.benchmark_scripts import load_benchmark
+
+rb = load_benchmark("roofline_bench")
+
+TINY = ModelShape(name="t", layers=2, hidden=4, intermediate=8, heads=2, kv_heads=1, vocab=10, tied=True)
+
+
+def test_a_forward_pass_counts_the_layers_the_attention_and_the_head_by_hand() -> None:
+    # layer weights: q 16+4, k 4*2+2, v 4*2+2, o 16, gate/up/down 3*4*8, norms 2*4 -> 160 per layer
+    assert TINY.layer_params == 160
+    length = 3 + 2
+    by_hand = 2 * 2 * 160 * length + 2 * 2 * 4 * length**2 + 2 * 10 * 4 * 2
+    assert rb.flops_per_sequence(TINY, 3, 2, head_tokens=2) == by_hand
+    # the head is charged only where log-probs are taken
+    assert rb.flops_per_sequence(TINY, 3, 2, head_tokens=0) == by_hand - 2 * 10 * 4 * 2
+
+
+def test_an_update_is_three_forwards_two_with_lora_one_more_with_checkpointing() -> None:
+    assert rb.update_factor(lora=False, checkpointing=False) == 3.0
+    assert rb.update_factor(lora=True, checkpointing=False) == 2.0
+    assert rb.update_factor(lora=True, checkpointing=True) == 3.0
+
+
+def test_timed_takes_medians_and_names_the_threads_that_worked() -> None:
+    calls = []
+    row = rb.timed(lambda: calls.append(sum(range(200_000))), 3)
+    assert len(calls) == 3
+    assert row["seconds"] > 0 and row["cpu_s"] >= 0 and row["spread"] >= 1.0
+    assert set(row) == {"seconds", "cpu_s", "sys_s", "faults", "spread", "threads"}
+    assert all(isinstance(name, str) and sec > 0 for name, sec in row["threads"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--engines", "tgi"], "--engines"),
+        (["--engines", ","], "--engines"),
+        (["--repeats", "0"], "at least 1"),
+        (["--problems", "0"], "at least 1"),
+        (["--set", "no.such_key=1"], "unknown key 'no'"),
+        (["--preset", "no-such-preset"], "no-such-preset"),
+    ],
+)
+def test_bad_arguments_are_one_line_errors(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        rb.parse_args(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert message in err and "Traceback" not in err
+
+
+def test_a_json_file_in_a_missing_directory_is_refused_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        rb.parse_args(["--json", str(tmp_path / "missing" / "out.json")])
+    assert "--json: no directory" in capsys.readouterr().err
+    assert not (tmp_path / "missing").exists()
