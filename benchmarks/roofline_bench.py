@@ -213,7 +213,10 @@ def measure(preset: str, engine: str, overrides: list[str], problems_n: int, rep
                 batch.prompt_ids, batch.completion_ids, batch.advantages, ref_logprobs=refs[-1]
             )
             row["phases"][f"{role} ref log-probs"] = {"tokens": tokens, "flops": forward} | scored
-        role_learner.train_step(batch, loss_fn)  # warm-up (optimizer state, allocator)
+        # the first update creates the optimizer's state and meets every shape for the first time: a
+        # run's step 1 pays for it, later steps do not
+        first = timed(lambda: role_learner.train_step(batch, loss_fn), 1)  # noqa: B023
+        row["phases"][f"{role} first update"] = {"tokens": tokens, "flops": forward * factor} | first
         updated = timed(lambda: role_learner.train_step(batch, loss_fn), repeats)  # noqa: B023
         row["phases"][f"{role} update"] = {"tokens": tokens, "flops": forward * factor} | updated
     roles.close()
