@@ -13,9 +13,10 @@ For one preset, each rollout engine (``transformers`` and ``vllm``) runs in a fr
    per role (the real prompts, completions of seeded token ids of ``max_new_tokens`` each, the same
    in both processes), the reference log-prob pass and ``train_step`` (the update), repeated.
 
-Each phase's FLOPs are counted from the model's shape (:func:`flops_per_sequence`): 2 x decoder
-weights per token forward plus causal attention (2 x layers x hidden x L^2), the output head
-only where log-probs are taken; an update is forward + backward (3 forwards for full weights,
+Each phase's FLOPs are the least work it needs, counted from the model's shape
+(:func:`least_flops`): 2 x decoder weights per token forward plus causal attention, the output head
+only where log-probs are taken, each distinct prompt once per micro-batch (or once per sampling
+call), as the learner's shared rows and vLLM's prefix cache compute it; an update is forward + backward (3 forwards for full weights,
 2 for LoRA, whose frozen weights need no weight gradients; one more with gradient checkpointing).
 Sampling's share is low by nature (decoding one token at a time reads every weight per token);
 the learner's phases are the ones the GEMM rate bounds. Beside each phase: CPU and system seconds,
@@ -38,6 +39,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 
 from codea1.engine.memory import ModelShape
 
@@ -62,16 +64,41 @@ def micro_batch_tokens(cfg) -> int:  # noqa: ANN001 - a codea1 RunConfig
     )
 
 
-def flops_per_sequence(shape: ModelShape, prompt: int, completion: int, *, head_tokens: int) -> float:
-    """FLOPs of one forward pass over ``prompt + completion`` tokens: the decoder layers' weights on
-    every token (2 FLOPs per weight), causal attention (QK^T and AV, each L^2/2 x hidden
-    multiply-adds per layer), and the output head (vocabulary x hidden) on ``head_tokens`` positions."""
-    length = prompt + completion
+def prompt_group_flops(shape: ModelShape, prompt: int, completions: Sequence[int], *, head: bool) -> float:
+    """FLOPs of one forward pass over a prompt of ``prompt`` tokens computed once and its
+    ``completions`` (their lengths) attending to it: the decoder layers' weights on every token
+    (2 FLOPs per weight), causal attention (QK^T and AV: 2 x layers x hidden per query-key pair,
+    L^2/2 pairs in a causal block of L tokens, P x C between a completion and its prompt), and, with
+    ``head``, the output head (vocabulary x hidden) on the completion tokens. One completion gives a
+    plain sequence of ``prompt + completion`` tokens."""
+    tokens = prompt + sum(completions)
+    pairs = prompt**2 + sum(2 * prompt * c + c**2 for c in completions)
+    head_tokens = sum(completions) if head else 0
     return (
-        2.0 * shape.layers * shape.layer_params * length
-        + 2.0 * shape.layers * shape.hidden * length**2
-        + (2.0 * shape.vocab * shape.hidden * head_tokens)
+        2.0 * shape.layers * shape.layer_params * tokens
+        + 2.0 * shape.layers * shape.hidden * pairs
+        + 2.0 * shape.vocab * shape.hidden * head_tokens
     )
+
+
+def least_flops(
+    shape: ModelShape,
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[int],
+    micro: int,
+    *,
+    head: bool = True,
+) -> float:
+    """The least forward work of a batch as the learner cuts it (``micro`` sequences at a time, in
+    order): within a micro-batch each distinct prompt is computed once (the learner's shared rows,
+    ``engine.hf_local.logprobs``; vLLM's prefix cache when sampling), every completion in full."""
+    total = 0.0
+    for start in range(0, len(prompts), micro):
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for p, c in zip(prompts[start : start + micro], completions[start : start + micro], strict=True):
+            groups.setdefault(tuple(p), []).append(c)
+        total += sum(prompt_group_flops(shape, len(p), cs, head=head) for p, cs in groups.items())
+    return total
 
 
 def update_factor(lora: bool, checkpointing: bool) -> float:
@@ -193,7 +220,10 @@ def measure(preset: str, engine: str, overrides: list[str], problems_n: int, rep
         out = outs[0]
         prompt_tokens = sum(len(c.prompt_ids) for c in out)
         new_tokens = sum(len(c.completion_ids) for c in out)
-        flops = sum(flops_per_sequence(shape, len(c.prompt_ids), len(c.completion_ids), head_tokens=len(c.completion_ids)) for c in out)  # fmt: skip
+        # the least work: each prompt once (vLLM's prefix cache does that, transformers does not)
+        flops = least_flops(
+            shape, [c.prompt_ids for c in out], [len(c.completion_ids) for c in out], len(out)
+        )
         row["phases"][f"{role} sampling"] = {"tokens": prompt_tokens + new_tokens, "flops": flops} | sampled  # fmt: skip
 
         prompt_ids = {c.prompt_index: c.prompt_ids for c in out}
@@ -205,7 +235,8 @@ def measure(preset: str, engine: str, overrides: list[str], problems_n: int, rep
             advantages=[rng.choice((-1.0, 1.0)) for _ in ids],
         )
         tokens = sum(len(p) + length for p in ids)
-        forward = sum(flops_per_sequence(shape, len(p), length, head_tokens=length) for p in ids)
+        micro = (cfg.coder if role == "coder" else cfg.tester).optim.micro_batch_size
+        forward = least_flops(shape, ids, [length] * len(ids), micro)
         if cfg.loss.keeps_reference:
             refs: list = []
             scored = timed(lambda: refs.append(role_learner.logprobs(batch, reference=True)), repeats)  # noqa: B023
@@ -264,14 +295,17 @@ def cpu_name() -> str:
 
 
 def print_table(base: dict, rows: list[dict]) -> None:
-    """Phase x engine: seconds, GFLOP/s and share of the roofline; the last column compares the
-    second engine's seconds per token with the first's."""
-    roof = base["gemm"]
+    """Phase x engine: seconds, GFLOP/s and share of the roofline (the best of the GEMM rates
+    measured, this machine's noise being what it is); the last column compares the second engine's
+    seconds per token with the first's. The tokens and GFLOP columns are the first engine's (sampled
+    lengths differ between engines; each engine's rate uses its own)."""
+    roof = max([base["gemm"], *(r["gemm_after"] for r in rows)])
     print(f"\nroofline: GEMM {base['tokens']} x {rows[0]['hidden']} @ {rows[0]['hidden']} x "
-          f"{rows[0]['intermediate']} ({rows[0]['dtype']}): {roof:.1f} GFLOP/s, {base['threads']} torch threads")  # fmt: skip
+          f"{rows[0]['intermediate']} ({rows[0]['dtype']}), best of the measurements below: {roof:.1f} GFLOP/s")  # fmt: skip
+    print(f"  in a process that built nothing: {base['gemm']:.1f} GFLOP/s, {base['threads']} torch threads")
     for r in rows:
-        print(f"  after building with {r['engine']}: {r['gemm_after']:.1f} GFLOP/s "
-              f"({r['gemm_after'] / roof:.0%} of it), torch threads {r['threads_before']} -> {r['threads_after']}")  # fmt: skip
+        print(f"  after building with {r['engine']}: {r['gemm_after']:.1f} GFLOP/s, "
+              f"torch threads {r['threads_before']} -> {r['threads_after']}")  # fmt: skip
     head = f"{'phase':<22}{'tokens':>8}{'GFLOP':>8}"
     for r in rows:
         head += f"{r['engine'] + ' s':>16}{'cpu s':>8}{'sys s':>7}{'faults':>9}{'GFLOP/s':>9}{'roof':>6}"

@@ -20,9 +20,20 @@ def test_a_forward_pass_counts_the_layers_the_attention_and_the_head_by_hand() -
     assert TINY.layer_params == 160
     length = 3 + 2
     by_hand = 2 * 2 * 160 * length + 2 * 2 * 4 * length**2 + 2 * 10 * 4 * 2
-    assert rb.flops_per_sequence(TINY, 3, 2, head_tokens=2) == by_hand
-    # the head is charged only where log-probs are taken
-    assert rb.flops_per_sequence(TINY, 3, 2, head_tokens=0) == by_hand - 2 * 10 * 4 * 2
+    assert rb.prompt_group_flops(TINY, 3, [2], head=True) == by_hand
+    assert rb.prompt_group_flops(TINY, 3, [2], head=False) == by_hand - 2 * 10 * 4 * 2
+
+
+def test_a_shared_prompt_is_counted_once_per_micro_batch() -> None:
+    one = rb.prompt_group_flops(TINY, 3, [2], head=True)
+    shared = rb.prompt_group_flops(TINY, 3, [2, 2], head=True)
+    # the second completion adds its own tokens and its attention to the prompt, not the prompt again
+    second = 2 * 2 * 160 * 2 + 2 * 2 * 4 * (2 * 3 * 2 + 2**2) + 2 * 10 * 4 * 2
+    assert shared == one + second
+    prompts = [(1, 2, 3), (1, 2, 3), (4, 5, 6), (4, 5, 6)]
+    assert rb.least_flops(TINY, prompts, [2, 2, 2, 2], 4) == 2 * shared
+    # micro-batches of one sequence: every sequence pays for its prompt
+    assert rb.least_flops(TINY, prompts, [2, 2, 2, 2], 1) == 4 * one
 
 
 def test_an_update_is_three_forwards_two_with_lora_one_more_with_checkpointing() -> None:
