@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from codea1.config import ClusterConfig
-from codea1.engine.ray_cluster.placement import cpu_threads, plan
+from codea1.engine.ray_cluster.placement import plan
 from codea1.engine.ray_cluster.shares import merge_step_stats, spans
 
 
@@ -100,18 +100,19 @@ def test_starting_a_local_cluster_hides_only_the_token_on_notice(caplog) -> None
 
 
 @pytest.mark.parametrize(
-    ("cores", "at_once", "threads"),
+    ("cores", "world", "groups", "threads"),
     [
-        (2, 1, 2),  # demo-cpu on Ray: one rank per role, the roles update one after the other
-        (2, 2, 1),  # split placement, two models: both roles' ranks update at once
-        (16, 2, 8),
-        (16, 8, 2),
-        (2, 4, 1),  # more actors than cores: one thread each, never zero
-        (3, 2, 1),
-        (2, 0, 2),
+        (2, 1, 1, 2),  # demo-cpu on Ray: one rank per role, the roles update one after the other
+        (2, 1, 2, 1),  # split placement, two models: both roles update at once
+        (16, 2, 1, 8),
+        (16, 4, 2, 2),
+        (2, 4, 1, 1),  # more ranks than cores: one thread each, never zero
+        (3, 2, 1, 1),
     ],
 )
-def test_a_cpu_actor_shares_the_cores_with_the_actors_computing_beside_it(
-    cores: int, at_once: int, threads: int
+def test_a_cpu_learner_rank_shares_the_cores_with_the_ranks_updating_beside_it(
+    cores: int, world: int, groups: int, threads: int
 ) -> None:
-    assert cpu_threads(cores, at_once=at_once) == threads
+    from codea1.engine.ray_cluster.learner_worker import cpu_threads
+
+    assert cpu_threads(cores, world, groups_at_once=groups) == threads

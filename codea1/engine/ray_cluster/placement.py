@@ -108,13 +108,3 @@ def _too_small(layout: Layout, need: dict[str, float], have: dict[str, float], c
         f"{need['GPU']:g} GPUs (it has {have.get('CPU', 0):g} CPUs, {have.get('GPU', 0):g} GPUs); lower "
         f"cluster.learner_workers, cluster.rollout_replicas or cluster.cpus_per_worker/gpus_per_worker{more}"
     )
-
-
-def cpu_threads(cores: int, *, at_once: int) -> int:
-    """Torch threads of one actor on a CPU node: its ``cores`` shared among the ``at_once`` actors
-    that compute at the same time (a group's learner ranks, both groups' when both roles update at
-    once; a group's replicas), at least one. Not the one thread Ray's ``OMP_NUM_THREADS`` gives an
-    actor of at most one logical CPU: the replicas sample while the learners wait and the learners
-    update while the replicas wait. Actors spread over several nodes are counted as if on one (fewer
-    threads than cores there, never more)."""
-    return max(1, cores // max(1, at_once))

@@ -9,11 +9,10 @@ policy's, from the object store, or, with vLLM's ``nccl`` / ``ipc`` weight-trans
 replica's vLLM weight-transfer methods. A vLLM replica loads no weights of its own: the engine reads them,
 the eos ids come from the model's generation config, and the frozen base of ``adapters`` mode is
 kept on the CPU; on CUDA the engine starts with the budget of its GPU's plan
-(``vllm_local.roles.replica_budget``). On a CPU it samples with ``placement.cpu_threads`` torch
-threads (the node's cores shared among the group's replicas), not Ray's one.
+(``vllm_local.roles.replica_budget``).
 
-Imports: torch, transformers (generation config), config, limits, engine.base, engine.hf_local,
-engine.vllm_local, engine.loading, this package's placement and transfer.
+Imports: torch, transformers (generation config), config, engine.base, engine.hf_local,
+engine.vllm_local, engine.loading, this package's transfer.
 """
 
 from __future__ import annotations
@@ -36,8 +35,6 @@ from codea1.engine.loading import (
     pick_device,
     pick_dtype,
 )
-from codea1.engine.ray_cluster.placement import cpu_threads
-from codea1.limits import cores
 
 
 def config_eos_ids(location: str, tokenizer: Any) -> list[int]:
@@ -60,8 +57,6 @@ class RolloutReplica:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         cuda = cfg.cluster.gpus_per_worker > 0 and torch.cuda.is_available()
         cfg = with_values(cfg, {"engine.device": "cuda" if cuda else "cpu"})  # this replica's device
-        if not cuda:  # the group's replicas sample at once; the learners wait meanwhile
-            torch.set_num_threads(cpu_threads(cores(), at_once=cfg.cluster.rollout_replicas))
         self.policies: dict[str, Any] = {}
         self.sleeps = False
         self.backend = ""
