@@ -97,22 +97,3 @@ def test_starting_a_local_cluster_hides_only_the_token_on_notice(caplog) -> None
         token_logger.warning("Token authentication is enabled for this Ray cluster (after the start)")
     shown = [r.getMessage() for r in caplog.records]
     assert len(shown) == 2 and "disabled" in shown[0] and "after the start" in shown[1]
-
-
-@pytest.mark.parametrize(
-    ("cores", "world", "groups", "threads"),
-    [
-        (2, 1, 1, 2),  # demo-cpu on Ray: one rank per role, the roles update one after the other
-        (2, 1, 2, 1),  # split placement, two models: both roles update at once
-        (16, 2, 1, 8),
-        (16, 4, 2, 2),
-        (2, 4, 1, 1),  # more ranks than cores: one thread each, never zero
-        (3, 2, 1, 1),
-    ],
-)
-def test_a_cpu_learner_rank_shares_the_cores_with_the_ranks_updating_beside_it(
-    cores: int, world: int, groups: int, threads: int
-) -> None:
-    from codea1.engine.ray_cluster.learner_worker import cpu_threads
-
-    assert cpu_threads(cores, world, groups_at_once=groups) == threads

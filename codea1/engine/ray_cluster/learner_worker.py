@@ -18,16 +18,10 @@ A weight sync (``named_weights``) gathers full weights tensor by tensor in the r
 compute dtype, which the replicas sample in: bf16 on GPU), onto rank 0's CPU only; LoRA tensors
 travel in their own dtype (the replicas merge them into the base). Checkpoints keep the fp32 masters.
 
-On a CPU a rank computes with :func:`cpu_threads` torch threads, not the one that Ray's
-``OMP_NUM_THREADS`` gives an actor of at most one logical CPU (every colocated rank is half of one):
-the replicas sample while the learners wait and the learners update while the replicas wait, so the
-node's cores are shared only among the ranks that update at the same time (docs/LOG.md, 2026-12-05:
-one thread made a `demo-cpu` update 1.5x slower than the local backend's).
-
 A rank of a group connected to its replicas by vLLM's ``nccl`` / ``ipc`` (``open_transfer``, CUDA
 only, not yet run on a GPU) sends through vLLM's trainer engine instead (``push_weights``).
 
-Imports: torch, config, limits, engine.base, engine.hf_local, engine.loading; vllm and engine.vllm_local.transfer
+Imports: torch, config, engine.base, engine.hf_local, engine.loading; vllm and engine.vllm_local.transfer
 lazily (``open_transfer``).
 """
 
@@ -49,15 +43,6 @@ from codea1.engine.hf_local.roles import load_trainable, with_adapters
 from codea1.engine.hf_local.sharded_state import full_tensors
 from codea1.engine.hf_local.weights import AdapterWeights, FullWeights
 from codea1.engine.loading import pick_device, pick_dtype
-from codea1.limits import cores
-
-
-def cpu_threads(cores: int, world: int, *, groups_at_once: int) -> int:
-    """Torch threads of one CPU learner rank: the node's ``cores`` shared among
-    the ranks that update at the same time, ``world`` per group times ``groups_at_once`` groups (2
-    when both roles update at once: ``split`` placement, two models), at least one. Ranks spread over
-    several nodes are counted as if on one (fewer threads than cores there, never more)."""
-    return max(1, cores // max(1, world * groups_at_once))
 
 
 class LearnerWorker:
@@ -92,9 +77,6 @@ class LearnerWorker:
         )
         if cuda:
             torch.cuda.set_device(0)
-        else:
-            overlap = not self.shared and self.cfg.cluster.placement == "split"
-            torch.set_num_threads(cpu_threads(cores(), self.world, groups_at_once=1 + overlap))
         compute = pick_dtype(self.cfg.engine.dtype, pick_device(device))
         mixed = compute != torch.float32  # fp32 master weights and AdamW state, compute in bf16
         self.rollout_dtype = compute if self.cfg.engine.mode == "separate" else None
