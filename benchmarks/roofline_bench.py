@@ -387,6 +387,8 @@ def main(argv: list[str] | None = None) -> None:
         }
         with open(args.json, "w") as f:
             json.dump(found, f, indent=1)
+    if base is None or len(rows) < len(args.engine_list):
+        sys.exit(1)  # a measurement failed (its reason is printed above)
 
 
 if __name__ == "__main__":
