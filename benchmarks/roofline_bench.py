@@ -10,8 +10,8 @@ For one preset, each rollout engine (``transformers`` and ``vllm``) runs in a fr
    to the process;
 3. times the phases of a step on fixed work: sampling the coder prompts and the white-box tester
    prompts (each problem's reference solution as the code under attack), then, on one fixed batch
-   per role (the real prompts, completions of seeded token ids of ``max_new_tokens`` each, the same
-   in both processes), the reference log-prob pass and ``train_step`` (the update), repeated.
+   per role (the real prompts, completions of ``max_new_tokens`` seeded draws from the prompts'
+   tokens, the same in both processes), the reference log-prob pass and ``train_step`` (the update), repeated.
 
 Each phase's FLOPs are the least work it needs, counted from the model's shape
 (:func:`least_flops`): 2 x decoder weights per token forward plus causal attention, the output head
@@ -24,7 +24,10 @@ minor page faults, and which threads of the process used the CPU (an engine's th
 while the learner computes would show there; on the Ray backend only the driver's threads are seen).
 
 Usage: ``python benchmarks/roofline_bench.py [--preset tiny-cpu] [--engines transformers,vllm]
-[--problems 2] [--repeats 3] [--set KEY=VALUE ...] [--json FILE]``. Slow (minutes); run it alone, the numbers are
+[--problems 2] [--repeats 3] [--rounds 1] [--set KEY=VALUE ...] [--json FILE]``. With
+``--rounds N`` the engines' processes alternate N times (A B A B ...) and the table holds medians,
+followed by each round's ratio: on a shared machine the rate drifts by more than 10 % from one
+process to the next (docs/LOG.md, 2026-12-05), so one pair cannot decide a 10 % bound. Slow (minutes); run it alone, the numbers are
 meaningless under CPU contention.
 """
 
@@ -229,9 +232,11 @@ def measure(preset: str, engine: str, overrides: list[str], problems_n: int, rep
         prompt_ids = {c.prompt_index: c.prompt_ids for c in out}
         length = sampling.max_new_tokens
         ids = [prompt_ids[i] for i in sorted(prompt_ids) for _ in range(sampling.n)]
+        vocab = sorted({t for p in ids for t in p})
         batch = TrainBatch(
             prompt_ids=ids,
-            completion_ids=[tuple(rng.randrange(1000, 20000) for _ in range(length)) for _ in ids],
+            # completions of tokens drawn from the prompts: ids of the model's own vocabulary
+            completion_ids=[tuple(rng.choice(vocab) for _ in range(length)) for _ in ids],
             advantages=[rng.choice((-1.0, 1.0)) for _ in ids],
         )
         tokens = sum(len(p) + length for p in ids)
@@ -294,6 +299,37 @@ def cpu_name() -> str:
     return f"{name}, {os.cpu_count()} cores, {'with' if cpu_has_native_bf16() else 'without'} native bf16"
 
 
+MEDIAN_KEYS = ("seconds", "cpu_s", "sys_s", "faults")
+
+
+def merge_rounds(rounds: list[dict]) -> dict:
+    """One engine's row from its rounds (fresh processes, the engines alternating): each phase's
+    seconds, CPU and system seconds and page faults are the medians over the rounds, its
+    ``rounds_seconds`` the list; the GEMM rate after the build is the median too; the rest is the
+    first round's (the work is the same in every round)."""
+    merged = dict(rounds[0], gemm_after=statistics.median(r["gemm_after"] for r in rounds), phases={})
+    for phase, first in rounds[0]["phases"].items():
+        cells = [r["phases"][phase] for r in rounds if phase in r["phases"]]
+        merged["phases"][phase] = (
+            dict(first)
+            | {k: statistics.median(c[k] for c in cells) for k in MEDIAN_KEYS}
+            | {"rounds_seconds": [c["seconds"] for c in cells]}
+        )
+    return merged
+
+
+def round_ratios(rounds: dict[str, list[dict]], phase: str) -> list[float]:
+    """Per round, the second engine's seconds per token over the first's in ``phase`` (rounds run
+    the engines one after the other, so each ratio pairs neighbours in time)."""
+    first, second = (rounds[e] for e in list(rounds)[:2])
+    return [
+        (b["phases"][phase]["seconds"] / b["phases"][phase]["tokens"])
+        / (a["phases"][phase]["seconds"] / a["phases"][phase]["tokens"])
+        for a, b in zip(first, second, strict=False)
+        if phase in a["phases"] and phase in b["phases"]
+    ]
+
+
 def print_table(base: dict, rows: list[dict]) -> None:
     """Phase x engine: seconds, GFLOP/s and share of the roofline (the best of the GEMM rates
     measured, this machine's noise being what it is); the last column compares the second engine's
@@ -344,6 +380,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--engines", default=",".join(ENGINES), help="rollout engines, side by side")
     ap.add_argument("--problems", type=int, default=2, help="problems sampled per role (a step's)")
     ap.add_argument("--repeats", type=int, default=3, help="timed repeats of each learner phase (median)")
+    ap.add_argument(
+        "--rounds", type=int, default=1, help="fresh processes per engine, the engines alternating (medians)"
+    )
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="a configuration override")
     ap.add_argument("--json", help="also write the measurements to this JSON file")
     ap.add_argument("--one", help=argparse.SUPPRESS)
@@ -351,8 +390,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.engine_list = [e for e in args.engines.split(",") if e]
     if not args.engine_list or any(e not in ENGINES for e in args.engine_list):
         ap.error(f"--engines: expected a comma-separated list of {', '.join(ENGINES)}, got {args.engines!r}")
-    if args.problems < 1 or args.repeats < 1:
-        ap.error("--problems and --repeats must be at least 1")
+    if args.problems < 1 or args.repeats < 1 or args.rounds < 1:
+        ap.error("--problems, --repeats and --rounds must be at least 1")
     if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
         ap.error(f"--json: no directory {os.path.dirname(os.path.abspath(args.json))}")
     from codea1.config import ConfigError, load_config
@@ -374,9 +413,20 @@ def main(argv: list[str] | None = None) -> None:
         return
     print(f"preset {args.preset} {' '.join(args.overrides)} | {cpu_name()}", flush=True)
     base = child(args, "gemm")
-    rows = [r for e in args.engine_list if (r := child(args, e)) is not None]
+    rounds: dict[str, list[dict]] = {e: [] for e in args.engine_list}
+    for _ in range(args.rounds):  # A B A B ...: the machine's drift falls on both engines alike
+        for e in args.engine_list:
+            if (r := child(args, e)) is not None:
+                rounds[e].append(r)
+    rows = [merge_rounds(rs) for rs in rounds.values() if rs]
     if base and rows:
         print_table(base, rows)
+        if args.rounds > 1 and len(rows) == 2:
+            print(f"per round, s/token {rows[1]['engine']}/{rows[0]['engine']}:")
+            for phase in rows[0]["phases"]:
+                if ratios := round_ratios(rounds, phase):
+                    each = " ".join(f"{x:.2f}" for x in ratios)
+                    print(f"  {phase:<22}{each}   median {statistics.median(ratios):.2f}")
     if args.json:
         found = {
             "cpu": cpu_name(),
@@ -384,10 +434,11 @@ def main(argv: list[str] | None = None) -> None:
             "overrides": args.overrides,
             "gemm": base,
             "rows": rows,
+            "rounds": rounds,
         }
         with open(args.json, "w") as f:
             json.dump(found, f, indent=1)
-    if base is None or len(rows) < len(args.engine_list):
+    if base is None or any(len(rs) < args.rounds for rs in rounds.values()):
         sys.exit(1)  # a measurement failed (its reason is printed above)
 
 

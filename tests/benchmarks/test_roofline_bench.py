@@ -79,3 +79,57 @@ def test_a_json_file_in_a_missing_directory_is_refused_before_anything_runs(
         rb.parse_args(["--json", str(tmp_path / "missing" / "out.json")])
     assert "--json: no directory" in capsys.readouterr().err
     assert not (tmp_path / "missing").exists()
+
+
+def _row(engine: str, seconds: dict[str, float], gemm: float) -> dict:
+    phases = {
+        p: {"tokens": 100, "flops": 1e9, "seconds": s, "cpu_s": 2 * s, "sys_s": 0.1, "faults": 10}
+        for p, s in seconds.items()
+    }
+    return {"engine": engine, "gemm_after": gemm, "phases": phases}
+
+
+def test_rounds_merge_into_medians_and_pair_neighbours_in_time() -> None:
+    tf = [_row("transformers", {"update": s}, g) for s, g in ((10.0, 100.0), (12.0, 90.0), (11.0, 80.0))]
+    vl = [_row("vllm", {"update": s}, 100.0) for s in (11.0, 12.0, 9.9)]
+    merged = rb.merge_rounds(tf)
+    assert merged["phases"]["update"]["seconds"] == 11.0
+    assert merged["phases"]["update"]["cpu_s"] == 22.0
+    assert merged["phases"]["update"]["rounds_seconds"] == [10.0, 12.0, 11.0]
+    assert merged["gemm_after"] == 90.0
+    assert merged["engine"] == "transformers"
+    # each round's ratio pairs that round's two processes, not the medians
+    assert rb.round_ratios({"transformers": tf, "vllm": vl}, "update") == pytest.approx([1.1, 1.0, 0.9])
+    assert rb.round_ratios({"transformers": tf, "vllm": vl}, "missing") == []
+
+
+def test_rounds_below_one_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        rb.parse_args(["--rounds", "0"])
+    assert "--rounds" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_whole_benchmark_runs_on_the_scripted_engine(tmp_path: Path) -> None:
+    """The flow end to end (children, rounds, table, JSON) on the scripted engine: its numbers mean
+    nothing, its structure must hold."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "roofline.json"
+    done = subprocess.run(
+        [sys.executable, str(rb.__file__), "--set", "engine.kind=scripted", "--problems", "1", "--repeats", "1",
+         "--rounds", "2", "--json", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "per round, s/token vllm/transformers:" in done.stdout
+    found = json.loads(out.read_text())
+    assert [len(found["rounds"][e]) for e in ("transformers", "vllm")] == [2, 2]
+    phases = found["rows"][0]["phases"]
+    assert set(phases) == {
+        f"{role} {phase}" for role in ("coder", "tester")
+        for phase in ("sampling", "ref log-probs", "first update", "update")
+    }  # fmt: skip
+    assert all(len(p["rounds_seconds"]) == 2 and p["flops"] > 0 for p in phases.values())
