@@ -81,11 +81,17 @@ def child(args: argparse.Namespace, engine: str, dtype: str, *, seeded: bool = T
            "--top-p", str(args.top_p)]  # fmt: skip
     if not seeded:
         cmd.append("--unseeded")
+    return child_json(cmd, f"{engine} {dtype}")
+
+
+def child_json(cmd: list[str], what: str) -> dict | None:
+    """The last JSON line a benchmark's child process printed; None (with the reason, its last
+    stderr line, printed as ``what: failed``) when it failed or printed none."""
     done = subprocess.run(cmd, capture_output=True, text=True)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        print(f"  {engine} {dtype}: failed ({tail})", flush=True)
+        print(f"  {what}: failed ({tail})", flush=True)
         return None
     return json.loads(lines[-1])
 

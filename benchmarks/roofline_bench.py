@@ -1,34 +1,35 @@
 """Where a CPU training step's time goes, against the machine's own matrix-multiply rate.
 
-For one preset, each rollout engine (``transformers`` and ``vllm``) runs in a fresh process that:
+For one preset, fresh processes measure:
 
-1. (in a process of its own, which builds nothing) times a GEMM of the learner's largest shape
-   (micro-batch tokens x hidden @ hidden x intermediate, the learner's dtype): the roofline, in
-   GFLOP/s;
-2. builds the run's roles (``codea1.engine.build.build``, the trainer's own path) and times the
-   same GEMM again, with ``torch.get_num_threads()`` before and after: what building the engine did
-   to the process;
-3. times the phases of a step on fixed work: sampling the coder prompts and the white-box tester
-   prompts (each problem's reference solution as the code under attack), then, on one fixed batch
-   per role (the real prompts, completions of ``max_new_tokens`` seeded draws from the prompts'
-   tokens, the same in both processes), the reference log-prob pass and ``train_step`` (the update), repeated.
+1. the roofline: a GEMM of the learner's largest shape (micro-batch tokens x hidden @ hidden x
+   intermediate, the learner's dtype), in GFLOP/s, in a process that builds nothing;
+2. then, once per rollout engine (``transformers`` and ``vllm``), a process that builds the run's
+   roles (``codea1.engine.build.build``, the trainer's own path) and times the same GEMM again,
+   with ``torch.get_num_threads()`` before and after the build (what building the engine did to the
+   process), and then the phases of a step on fixed work: sampling the coder prompts and the
+   white-box tester prompts (each problem's reference solution as the code under attack); then,
+   on one fixed batch per role (the real prompts, completions of ``max_new_tokens`` seeded draws
+   from the prompts' tokens, the same in both processes), the reference log-prob pass, the first
+   ``train_step`` (the update) and repeated ones.
 
 Each phase's FLOPs are the least work it needs, counted from the model's shape
 (:func:`least_flops`): 2 x decoder weights per token forward plus causal attention, the output head
 only where log-probs are taken, each distinct prompt once per micro-batch (or once per sampling
-call), as the learner's shared rows and vLLM's prefix cache compute it; an update is forward + backward (3 forwards for full weights,
-2 for LoRA, whose frozen weights need no weight gradients; one more with gradient checkpointing).
-Sampling's share is low by nature (decoding one token at a time reads every weight per token);
-the learner's phases are the ones the GEMM rate bounds. Beside each phase: CPU and system seconds,
-minor page faults, and which threads of the process used the CPU (an engine's threads working
-while the learner computes would show there; on the Ray backend only the driver's threads are seen).
+call), as the learner's shared rows and vLLM's prefix cache compute it. An update is forward +
+backward: 3 forwards for full weights, 2 for LoRA (frozen weights need no weight gradients), one
+more with gradient checkpointing. Sampling's share is low by nature (decoding one token at a time
+reads every weight per token); the learner's phases are the ones the GEMM rate bounds. Beside each
+phase: CPU and system seconds, minor page faults, and which threads of the process used the CPU
+(an engine's threads working while the learner computes would show there; on the Ray backend only
+the driver's threads are seen).
 
 Usage: ``python benchmarks/roofline_bench.py [--preset tiny-cpu] [--engines transformers,vllm]
 [--problems 2] [--repeats 3] [--rounds 1] [--set KEY=VALUE ...] [--json FILE]``. With
 ``--rounds N`` the engines' processes alternate N times (A B A B ...) and the table holds medians,
 followed by each round's ratio: on a shared machine the rate drifts by more than 10 % from one
-process to the next (docs/LOG.md, 2026-12-05), so one pair cannot decide a 10 % bound. Slow (minutes); run it alone, the numbers are
-meaningless under CPU contention.
+process to the next (docs/LOG.md, 2026-12-05), so one pair cannot decide a 10 % bound. Slow
+(minutes); run it alone, the numbers are meaningless under CPU contention.
 """
 
 from __future__ import annotations
@@ -39,12 +40,15 @@ import os
 import random
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from codea1.engine.memory import ModelShape
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rollout_bench import child_json  # noqa: E402  (benchmarks/, this script's directory)
 
 ENGINES = ("transformers", "vllm")
 GEMM_REPEATS = 7
@@ -277,13 +281,7 @@ def child(args: argparse.Namespace, what: str) -> dict | None:
     """``--one WHAT`` in a fresh process; None (with the reason printed) when it fails."""
     cmd = [sys.executable, __file__, "--one", what, "--preset", args.preset, "--problems", str(args.problems),
            "--repeats", str(args.repeats), *[x for o in args.overrides for x in ("--set", o)]]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        print(f"  {what}: failed ({tail})", flush=True)
-        return None
-    return json.loads(lines[-1])
+    return child_json(cmd, what)
 
 
 def cpu_name() -> str:
@@ -318,13 +316,17 @@ def merge_rounds(rounds: list[dict]) -> dict:
     return merged
 
 
+def per_token_ratio(base: dict, other: dict) -> float:
+    """``other``'s seconds per token over ``base``'s, for two measurements of one phase."""
+    return (other["seconds"] / other["tokens"]) / (base["seconds"] / base["tokens"])
+
+
 def round_ratios(rounds: dict[str, list[dict]], phase: str) -> list[float]:
     """Per round, the second engine's seconds per token over the first's in ``phase`` (rounds run
     the engines one after the other, so each ratio pairs neighbours in time)."""
     first, second = (rounds[e] for e in list(rounds)[:2])
     return [
-        (b["phases"][phase]["seconds"] / b["phases"][phase]["tokens"])
-        / (a["phases"][phase]["seconds"] / a["phases"][phase]["tokens"])
+        per_token_ratio(a["phases"][phase], b["phases"][phase])
         for a, b in zip(first, second, strict=False)
         if phase in a["phases"] and phase in b["phases"]
     ]
@@ -360,8 +362,7 @@ def print_table(base: dict, rows: list[dict]) -> None:
                 f"{rate:>9.1f}{rate / roof:>6.0%}"
             )
         if len(cells) == 2:
-            per = [c["seconds"] / c["tokens"] for c in cells]
-            line += f"{per[1] / per[0]:>26.2f}"
+            line += f"{per_token_ratio(*cells):>26.2f}"
         print(line)
     print("threads that used CPU in each learner phase (CPU seconds over its repeats; the learner's are"
           " the main thread and torch's OpenMP workers, which carry the process's name):")  # fmt: skip
