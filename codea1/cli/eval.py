@@ -28,12 +28,14 @@ from codea1.cli.eval_args import (
     load_model,
     per_chunk,
     run_options,
+    sampler_settings,
     sampling,
 )
 from codea1.cli.eval_compare import run_compare
 from codea1.cli.eval_ult import add_iterative_options, iterative, run_iterative_tests
 from codea1.cli.outputs import write_output
 from codea1.core.estimators import ks_for
+from codea1.engine.base import PromptTooLong
 from codea1.eval import runner
 from codea1.eval.tables import format_table
 
@@ -60,7 +62,7 @@ def _user_errors(verb: Callable[[argparse.Namespace], int]) -> Callable[[argpars
             return verb(args)
         except runner.ResultsFileError as e:
             raise CliError(f"{e} (use another --results-dir)") from None
-        except runner.EvalInputError as e:
+        except (runner.EvalInputError, PromptTooLong) as e:
             raise CliError(str(e)) from None
 
     return wrapped
@@ -78,7 +80,7 @@ def _finish(metrics: dict, title: str, output: Path | None, extra: dict[str, Any
 @_user_errors
 def run_code(args: argparse.Namespace) -> int:
     """``codea1 eval code``."""
-    from codea1.eval.code_eval import code_checker, sample_completions, sampling_settings, summarize_code
+    from codea1.eval.code_eval import code_checker, sample_completions, summarize_code
     from codea1.eval.inputs import no_code_warning
 
     if bool(args.model) == bool(args.samples):
@@ -94,7 +96,7 @@ def run_code(args: argparse.Namespace) -> int:
         model_id = f"{runner.file_id(args.samples)}:{given.samples_format}"
     else:
         n, model_id = args.n, args.model
-        settings = sampling_settings(sampling(args, n))
+        settings = sampler_settings(args, n)
     if n < 1:
         raise CliError("need at least one sample per problem")
     runner.require_harness(problems, "eval code checks every sample with it")
@@ -137,7 +139,12 @@ def run_tests(args: argparse.Namespace) -> int:
     if args.coder or args.code_samples:
         runner.require_harness(problems, "defect detection checks the code samples with it")
     coder_id = args.coder or (runner.file_id(args.code_samples) if args.code_samples else "")
-    settings = {"k": args.k, "blackbox": args.blackbox, "mutants": args.max_mutants, "coder": coder_id}
+    settings: dict[str, Any] = {"k": args.k, "blackbox": args.blackbox, "mutants": args.max_mutants,
+                                "coder": coder_id}  # fmt: skip
+    if args.model:  # how the suites were sampled
+        settings.update(sampler_settings(args, 1))
+    if args.coder:  # how the code was sampled
+        settings["coder_sampling"] = sampler_settings(args, args.n)
     view = "blackbox" if args.blackbox else "whitebox"
 
     def prepare() -> runner.CheckChunk:
@@ -147,8 +154,11 @@ def run_tests(args: argparse.Namespace) -> int:
         return suites_checker(suites, wrong, k=args.k, max_mutants=args.max_mutants)
 
     model_id = args.model or runner.file_id(args.tests)
-    records, _ = runner.run_resumable(problems, "tests", model_id, settings, run_options(args), prepare, _say)
-    return _finish(summarize_tests(records, args.k), f"test generation ({model_id}, k={args.k})", args.output)
+    records, path = runner.run_resumable(
+        problems, "tests", model_id, settings, run_options(args), prepare, _say
+    )
+    title = f"test generation ({model_id}, k={args.k})"
+    return _finish(summarize_tests(records, args.k), title, args.output, {"results": str(path.resolve())})
 
 
 @_user_errors
@@ -180,7 +190,11 @@ def run_bon(args: argparse.Namespace) -> int:
             ),
         )
 
-    settings = {"n": args.n, "m": args.m}
+    settings: dict[str, Any] = {"n": args.n, "m": args.m}
+    if args.coder:
+        settings["coder_sampling"] = sampler_settings(args, args.n)
+    if args.tester:
+        settings["tester_sampling"] = sampler_settings(args, args.m)
     records, _ = runner.run_resumable(problems, "bon", model_id, settings, run_options(args), prepare, _say)
     return _finish(summarize_bon(records), f"best-of-N ({model_id})", args.output)
 

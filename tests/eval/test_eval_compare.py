@@ -128,3 +128,29 @@ def test_cli_compare_keeps_the_problems_of_a_spec_and_reads_tests_results(tmp_pa
     assert row["p_sign_flip"] == pytest.approx(0.25)  # 2 problems: 1 of 4 sign patterns is as large
     assert main([*argv[:-1], "demo:heldout"]) == 2
     assert "none of its 16 problems" in capsys.readouterr().err
+
+
+def _eval_tests(tmp_path: Path, name: str, suites: dict[str, list[str]]) -> Path:
+    tests = tmp_path / f"{name}-tests.jsonl"
+    tests.write_text("".join(json.dumps({"id": pid, "tests": lines}) + "\n" for pid, lines in suites.items()))
+    out = tmp_path / f"{name}.json"
+    argv = ["eval", "tests", "--data", str(FIXTURES / "problems.jsonl"), "--tests", str(tests), "--k", "2"]
+    argv += ["--max-mutants", "4", "--output", str(out), "--results-dir", str(tmp_path / "results")]
+    argv += ["--cache-dir", str(tmp_path / "cache"), "--workers", "2"]
+    assert main(argv) == 0
+    return out
+
+
+def test_cli_compares_two_test_evaluations_through_their_metrics_files(tmp_path) -> None:
+    """`eval tests --output` names its per-problem file, so `eval compare` takes the metrics file."""
+    before = _eval_tests(tmp_path, "before", {"fx/clamp": ["assert clamp(5, 0, 10) == 4"]})
+    after = _eval_tests(
+        tmp_path, "after", {"fx/clamp": ["assert clamp(5, 0, 10) == 5", "assert clamp(-3, 0, 10) == 0"]}
+    )
+    assert Path(json.loads(before.read_text())["results"]).is_file()
+    out = tmp_path / "cmp.json"
+    argv = ["eval", "compare", str(before), str(after), "--metric", "valid", "--resamples", "200"]
+    assert main([*argv, "--output", str(out)]) == 0
+    row = json.loads(out.read_text())["benchA"]
+    # clamp: 0 of 2 requested tests valid before (the one test is wrong), 2 of 2 after
+    assert row["before"] == 0.0 and row["after"] == 100.0 and row["improved"] == 1 and row["problems"] == 1

@@ -6,12 +6,19 @@
 
 from codea1.engine.hf_local.learner import HFLearner, lr_factor
 from codea1.engine.hf_local.policy import HFPolicy
-from codea1.engine.hf_local.roles import LocalRoles, build_roles, load_checkpoint_model, load_policy
+from codea1.engine.hf_local.roles import (
+    LocalRoles,
+    base_model_spec,
+    build_roles,
+    load_checkpoint_model,
+    load_policy,
+)
 
 __all__ = [
     "HFLearner",
     "HFPolicy",
     "LocalRoles",
+    "base_model_spec",
     "build_roles",
     "load_checkpoint_model",
     "load_policy",

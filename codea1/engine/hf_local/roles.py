@@ -189,6 +189,20 @@ def load_policy(model_spec: str, engine_cfg: EngineConfig, batch_size: int = 16)
     return HFPolicy(ModuleRollout(model), tok, batch_size)
 
 
+def base_model_spec(model_spec: str) -> str:
+    """The model ``model_spec`` starts from: a checkpoint role directory's base model (its
+    ``config.yaml``'s), else ``model_spec`` itself. Raises :class:`ModelLoadError`."""
+    role_dir = Path(model_spec)
+    if not is_checkpoint_role(role_dir):
+        return model_spec
+    from codea1.config import ConfigError, load_config
+
+    try:
+        return load_config(str(role_dir.parent / "config.yaml")).engine.role_model(role_dir.name)
+    except ConfigError as e:
+        raise ModelLoadError(f"{role_dir}: cannot read the checkpoint's config.yaml: {e}") from None
+
+
 def is_checkpoint_role(path: Path) -> bool:
     """Whether ``path`` is a role directory of a training checkpoint (its trained weights beside
     the checkpoint's ``config.yaml`` one level up), which :func:`load_policy` loads."""

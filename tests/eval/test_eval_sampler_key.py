@@ -1,0 +1,35 @@
+"""How an evaluation sampled is part of its results file's key: engine, seed and sampling values."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from codea1.cli.eval_args import add_parsers, sampler_settings
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_parsers(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["eval", *argv])
+
+
+@pytest.mark.parametrize("verb", ["code", "tests", "bon"])
+def test_every_sampling_verb_takes_the_engine_and_defaults_to_transformers(verb: str) -> None:
+    assert _args(verb).engine == "transformers"
+    assert _args(verb, "--engine", "vllm").engine == "vllm"
+
+
+def test_the_key_names_the_engine_only_when_it_is_not_transformers() -> None:
+    base = sampler_settings(_args("tests", "--seed", "3", "--max-new-tokens", "64"), 1)
+    assert base == {"n": 1, "temperature": 0.7, "top_p": 0.95, "seed": 3, "max_new_tokens": 64}
+    vllm = sampler_settings(_args("tests", "--seed", "3", "--max-new-tokens", "64", "--engine", "vllm"), 1)
+    assert vllm == {**base, "engine": "vllm"}
+    assert sampler_settings(_args("tests", "--seed", "4", "--max-new-tokens", "64"), 1) != base
+
+
+def test_an_unknown_engine_is_refused_by_the_parser(capsys) -> None:
+    with pytest.raises(SystemExit) as stop:
+        _args("code", "--engine", "llama")
+    assert stop.value.code == 2 and "invalid choice: 'llama'" in capsys.readouterr().err
