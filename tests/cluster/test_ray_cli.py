@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -71,10 +73,11 @@ def new_run(tiny: Path, run_dir: Path, *pairs: str) -> list[str]:
 class Train:
     """One ``codea1 train`` process; its output goes to files (a full pipe would stall it)."""
 
-    def __init__(self, args: list[str], logs: Path) -> None:
+    def __init__(self, args: list[str], logs: Path, env: dict[str, str] | None = None) -> None:
         logs.mkdir(parents=True, exist_ok=True)
         self.out, self.err = logs / "stdout", logs / "stderr"
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+        env = {**os.environ, **(env or {})}
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
         with self.out.open("w") as out, self.err.open("w") as err:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "codea1", "train", *args], stdout=out, stderr=err, env=env, cwd=logs
@@ -215,8 +218,15 @@ def test_a1_run_outlives_a_dead_rank_a_killed_driver_and_a_change_of_backend(
 def test_selfplay_with_adapters_on_the_cluster(tiny: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     args = new_run(tiny, run_dir, "train.steps=2", "engine.mode=adapters", "engine.rollout=auto")
-    run = Train([*args, "--method", "selfplay"], tmp_path / "logs")  # vLLM replicas when vLLM imports
-    assert run.finish() == 0, run.output()
+    # the run's own temporary directory, short (Ray's sockets live under it), to see what it leaves there
+    scratch = Path(tempfile.mkdtemp(prefix="c1-", dir="/tmp"))
+    try:
+        run = Train([*args, "--method", "selfplay"], tmp_path / "logs", {"TMPDIR": str(scratch)})
+        assert run.finish() == 0, run.output()  # vLLM replicas when vLLM imports
+        # a replica's engine is shut down before its actor is killed: no vLLM rendezvous file is left
+        assert not list(scratch.glob("vllm_dist_*")), sorted(p.name for p in scratch.iterdir())
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     rollout = "vllm" if "rollouts vllm" in run.output() else "transformers"
     rows = read_metrics(run_dir)
     assert [r["step"] for r in rows] == [1, 2]

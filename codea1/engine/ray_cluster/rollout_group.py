@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from codea1.config import RunConfig
-from codea1.engine.base import ChatTemplatePrompts, Completion, SamplingParams
+from codea1.engine.base import ChatTemplatePrompts, Completion, EngineFailure, SamplingParams
 from codea1.engine.loading import load_tokenizer, model_location
 from codea1.engine.ray_cluster.learner_group import RemoteWeights
 from codea1.engine.ray_cluster.placement import Layout
@@ -31,6 +31,9 @@ from codea1.engine.ray_cluster.rollout_replica import RolloutReplica
 from codea1.engine.ray_cluster.session import gather, import_ray
 from codea1.engine.ray_cluster.shares import spans
 from codea1.engine.ray_cluster.transfer import DirectWeights
+
+CLOSE_S = 60.0
+"""Longest wait for the replicas' engines to shut down when the group closes."""
 
 
 class ReplicaGroup:
@@ -142,8 +145,13 @@ class ReplicaGroup:
         return {**pushed, "seconds": self.sync_seconds, "replicas": float(len(self.replicas))}
 
     def close(self) -> None:
-        """Stop the replicas."""
+        """Stop the replicas: each engine shut down cleanly (at most :data:`CLOSE_S` seconds; a
+        replica that is dead or does not answer is killed all the same), then the actors killed."""
         ray = import_ray()
+        try:
+            gather([r.close.remote() for r in self.replicas], self.what, CLOSE_S)
+        except EngineFailure:
+            pass  # a dead or stuck replica: killing it is all that is left
         for r in self.replicas:
             ray.kill(r)
         self.replicas = []

@@ -111,6 +111,14 @@ class RolloutReplica:
         self.policies = {r: VLLMPolicy(rollout, tokenizer, eos, r) for r in roles}
         return rollout
 
+    def close(self) -> None:
+        """Stop a vLLM engine cleanly before the actor is killed (``ray.kill`` alone leaves vLLM's
+        rendezvous file in the replica's temporary directory); a transformers replica has nothing to stop."""
+        close = getattr(self.rollout, "close", None)
+        self.policies = {}
+        if close is not None:
+            close()
+
     def started(self) -> bool:
         """Whether the engine can sleep (see :meth:`sleep`); the constructor's errors surface here."""
         return self.sleeps

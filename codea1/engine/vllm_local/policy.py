@@ -17,6 +17,7 @@ weight_sync.
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -122,6 +123,19 @@ class VLLMRollout:
         self.last_sync = {
             "seconds": seconds, "bytes": float(sent), "tensors": float(len(weights)), "buckets": float(count),
         }  # fmt: skip
+
+    def close(self) -> None:
+        """Stop the engine: its engine core shut down and the engine dropped, so its rendezvous file
+        (``$TMPDIR/vllm_dist_*``, a gloo file store) is removed now rather than left behind by a
+        process that is killed (a Ray replica). The rollout cannot sample afterwards."""
+        llm, self.llm, self.sender = self.llm, None, None
+        if llm is None:
+            return
+        core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+        if core is not None:
+            core.shutdown()
+        del llm
+        gc.collect()
 
     def _sender(self) -> Any:
         """The trainer side of this engine's syncs (``transfer.Sender``), made at the first sync."""
