@@ -15,6 +15,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.legend import Legend
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
@@ -74,7 +75,11 @@ def render(planned: PlannedFigure, runs: list[RunData], path: Path, smooth: int 
 def _save(fig: Figure, path: Path) -> None:
     FigureCanvasAgg(fig)
     tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, format="png", dpi=DPI)
+    # every legend drawn outside the axes is in the image, however long the run names: the
+    # constrained layout and a tight box count an axes' last legend only, not the run legend before it
+    legends = [a for ax in fig.axes for a in ax.get_children() if isinstance(a, Legend)]
+    extra = [*fig.get_default_bbox_extra_artists(), *legends]  # the titles among the defaults
+    fig.savefig(tmp, format="png", dpi=DPI, bbox_inches="tight", pad_inches=0.1, bbox_extra_artists=extra)
     os.replace(tmp, path)
 
 

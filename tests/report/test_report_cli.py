@@ -182,3 +182,19 @@ def test_missing_run_dir_is_a_clear_error(tmp_path: Path, capsys: pytest.Capture
     assert err.startswith("codea1: error: ") and "nope" in err and "does not exist" in err
     assert main(["report", str(tmp_path)]) == 2  # exists, but is not a run directory
     assert "not a training run directory" in capsys.readouterr().err
+
+
+def test_long_run_names_are_not_cut_off_at_the_figures_edge(tmp_path: Path) -> None:
+    """Runs that differ only at the end of a long name (two seeds of a variant) stay readable: the
+    legends outside the axes are inside the saved image, whose right margin is blank."""
+    import matplotlib.image
+
+    long = "a1-reward.mutation_weight=0.5-and-more-words-s"
+    runs = [write_run(tmp_path / f"{long}{seed}", seed=seed, alpha=0.5 + seed) for seed in (0, 1)]
+    out = tmp_path / "out"
+    assert main(["report", *map(str, runs), "--output", str(out)]) == 0
+    for name in ("coder_reward.png", "evaluation_humaneval__pass_1.png"):
+        image = matplotlib.image.imread(out / name)
+        right, top = image[:, -4:, :3], image[:4, :, :3]
+        assert (right > 0.98).all(), f"{name}: something is drawn up to the right edge (a clipped legend)"
+        assert (top > 0.98).all(), f"{name}: something is drawn up to the top edge (a clipped title)"
