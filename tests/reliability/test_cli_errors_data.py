@@ -220,7 +220,7 @@ def test_screen_with_a_hub_id_that_cannot_be_reached_is_one_line(
     from codea1.engine import hf_local
     from codea1.engine.loading import ModelLoadError
 
-    def offline(spec: str, cfg: object) -> None:
+    def offline(spec: str, *_: object) -> None:
         raise ModelLoadError(f"could not load a tokenizer from {spec}: OSError: We couldn't connect to "
                              "'https://huggingface.co'.\nCheck your internet connection.")  # fmt: skip
 
