@@ -10,6 +10,7 @@ name and renamed, so a crash never leaves a half-written file. The evaluation wr
 from __future__ import annotations
 
 import codecs
+import glob
 import hashlib
 import json
 import os
@@ -90,10 +91,24 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+SLUG_CHARS = 60
+"""The longest model part of a results file's name (its end: a path's last parts)."""
+SEPARATORS = "_-."
+"""Where a long slug may start."""
+
+
 def slug(text: str) -> str:
-    """A file-name-safe form of ``text`` (model ids and paths become readable names)."""
+    """A file-name-safe form of ``text`` (model ids and paths become readable names); a long one
+    keeps its last :data:`SLUG_CHARS` characters, cut after a separator (``_``, ``-``, ``.``) so
+    that no word is cut in two."""
     s = re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")
-    return s[-60:] or "model"
+    if len(s) > SLUG_CHARS:
+        tail = s[-SLUG_CHARS:]
+        if s[-SLUG_CHARS - 1] not in SEPARATORS:  # the tail starts mid-word: drop that word's end
+            starts = [i + 1 for i, c in enumerate(tail[:-1]) if c in SEPARATORS]
+            tail = tail[starts[0] :] if starts else tail
+        s = tail
+    return s or "model"
 
 
 def run_key_digest(key: Mapping[str, Any]) -> str:
@@ -111,7 +126,11 @@ class ResultStore:
     def __init__(self, results_dir: Path, task: str, key: Mapping[str, Any]):
         self.key = dict(key)
         model = slug(str(self.key.get("model", "model")))
-        self.path = Path(results_dir) / f"{task}-{model}-{run_key_digest(self.key)}.jsonl"
+        digest = run_key_digest(self.key)
+        self.path = Path(results_dir) / f"{task}-{model}-{digest}.jsonl"
+        if not self.path.exists():  # a file of this run key named by an earlier version's slug
+            earlier = sorted(Path(results_dir).glob(f"{glob.escape(task)}-*-{digest}.jsonl"))
+            self.path = earlier[0] if earlier else self.path
         self.records: dict[str, dict[str, Any]] = {}
         if self.path.exists():
             rows = read_jsonl(self.path)

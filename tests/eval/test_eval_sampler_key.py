@@ -33,3 +33,25 @@ def test_an_unknown_engine_is_refused_by_the_parser(capsys) -> None:
     with pytest.raises(SystemExit) as stop:
         _args("code", "--engine", "llama")
     assert stop.value.code == 2 and "invalid choice: 'llama'" in capsys.readouterr().err
+
+
+def test_a_long_model_path_is_named_by_its_last_whole_words() -> None:
+    from codea1.results_file import SLUG_CHARS, slug
+
+    name = slug("/runs/methods-easy/a1-reward.mutation_weight=0.5-s0/checkpoints/step_000016/tester")
+    assert name == "reward.mutation_weight_0.5-s0_checkpoints_step_000016_tester"
+    assert len(name) <= SLUG_CHARS
+    assert slug("smollm2-135m") == "smollm2-135m" and slug("///") == "model"
+    assert slug("a" * 80) == "a" * SLUG_CHARS  # one long word: its end, as before
+
+
+def test_a_results_file_named_by_an_earlier_slug_is_resumed(tmp_path) -> None:
+    from codea1.results_file import ResultStore, run_key_digest
+
+    key = {"model": "/runs/x/" + "m" * 70, "dataset": "d"}
+    earlier = tmp_path / f"tests-{'m' * 59}-{run_key_digest(key)}.jsonl"  # a word cut in two
+    earlier.write_text('{"run_key": ' + __import__("json").dumps(key) + '}\n{"id": "p1", "valid": 1}\n')
+    store = ResultStore(tmp_path, "tests", key)
+    assert store.path == earlier and store.done("p1")
+    other = ResultStore(tmp_path, "code", key)  # another task's file is never taken
+    assert other.path != earlier and not other.done("p1")
