@@ -1,8 +1,8 @@
 """vLLM as an evaluation's sampler: one in-process CPU engine for a model that is not being trained.
 
 ``codea1 eval --engine vllm`` samples through this engine instead of transformers ``generate``:
-continuous batching and a paged KV cache, 2.4–4.2× fewer seconds per sampled token on a 2-core CPU
-(docs/LOG.md, 2026-12-05). The engine starts from the base model's files (vLLM reads the
+continuous batching and a paged KV cache (as training rollouts, vLLM took 2.4–4.2× fewer seconds per
+sampled token than transformers on a 2-core CPU: docs/LOG.md, 2026-12-05). The engine starts from the base model's files (vLLM reads the
 checkpoint itself); a trained model's weights (a training checkpoint's role) are then sent in once,
 through the weight-transfer path the trainer uses. Requests are seeded one by one
 (:class:`~codea1.engine.vllm_local.policy.VLLMPolicy`), so a completion depends on the seed, the
