@@ -195,10 +195,16 @@ def base_model_spec(model_spec: str) -> str:
     role_dir = Path(model_spec)
     if not is_checkpoint_role(role_dir):
         return model_spec
+    return trained_engine(role_dir).role_model(role_dir.name)
+
+
+def trained_engine(role_dir: Path) -> EngineConfig:
+    """The engine configuration a checkpoint's role directory was trained with (its
+    ``config.yaml``, one level up). Raises :class:`ModelLoadError`."""
     from codea1.config import ConfigError, load_config
 
     try:
-        return load_config(str(role_dir.parent / "config.yaml")).engine.role_model(role_dir.name)
+        return load_config(str(role_dir.parent / "config.yaml")).engine
     except ConfigError as e:
         raise ModelLoadError(f"{role_dir}: cannot read the checkpoint's config.yaml: {e}") from None
 
@@ -227,13 +233,8 @@ def load_checkpoint_model(
     """
     from safetensors.torch import load_file
 
-    from codea1.config import ConfigError, load_config
-
     role_dir = Path(role_dir)
-    try:
-        trained = load_config(str(role_dir.parent / "config.yaml")).engine
-    except ConfigError as e:
-        raise ModelLoadError(f"{role_dir}: cannot read the checkpoint's config.yaml: {e}") from None
+    trained = trained_engine(role_dir)
     role = role_dir.name
     base = trained.role_model(role)
     model, tok = load_model_and_tokenizer(base, engine_cfg.dtype, engine_cfg.device, engine_cfg.cache_dir)

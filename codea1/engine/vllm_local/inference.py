@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from codea1.config import EngineConfig, RunConfig, with_values
-from codea1.engine.base import Completion, PromptTooLong, SamplingParams
+from codea1.engine.base import PromptTooLong, SamplingParams
 from codea1.engine.loading import pick_device, pick_dtype
 from codea1.engine.vllm_local.policy import VLLMPolicy, VLLMRollout
 from codea1.engine.vllm_local.roles import VLLMStartError, start_engine
@@ -40,19 +40,19 @@ class InferencePolicy(VLLMPolicy):
         super().__init__(rollout, tokenizer, eos_ids, role="eval")
         self.context = context
 
-    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[Completion]:
-        """Sample like :meth:`VLLMPolicy.generate`; a prompt longer than the context allows is a
-        :class:`PromptTooLong`."""
+    def encode(self, prompts: Sequence[str], params: SamplingParams) -> list[list[int]]:
+        """The prompts' token ids; a prompt longer than the context allows with
+        ``params.max_new_tokens`` is a :class:`PromptTooLong`, before anything is sampled."""
+        encoded = super().encode(prompts, params)
         room = self.context - params.max_new_tokens
-        for i, prompt in enumerate(prompts):
-            length = len(self.tokenizer(prompt, add_special_tokens=False).input_ids)
-            if length > room:
+        for i, ids in enumerate(encoded):
+            if len(ids) > room:
                 raise PromptTooLong(
-                    f"prompt {params.first_prompt + i} has {length} tokens; the vLLM evaluation engine "
+                    f"prompt {params.first_prompt + i} has {len(ids)} tokens; the vLLM evaluation engine "
                     f"holds {self.context} ({room} of prompt with {params.max_new_tokens} new tokens): "
                     "ask for fewer new tokens or sample with the transformers engine"
                 )
-        return super().generate(prompts, params)
+        return encoded
 
 
 def eval_run_config(engine: EngineConfig, *, context: int, max_new_tokens: int, batch_size: int) -> RunConfig:

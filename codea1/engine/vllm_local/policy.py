@@ -210,7 +210,7 @@ class VLLMPolicy(ChatTemplatePrompts):
         self.rollout.sleeper.wake()
         if self.rollout.activate(self.role):  # adapters mode: this role's merged weights were sent now
             self.last_sync = dict(self.rollout.last_sync)
-        encoded = [self.tokenizer(p, add_special_tokens=False).input_ids for p in prompts]
+        encoded = self.encode(prompts, params)
         items = [(i, j) for i in range(len(prompts)) for j in range(params.n)]
         requests = [TokensPrompt(prompt_token_ids=list(encoded[i])) for i, _ in items]
         sampling = [
@@ -243,6 +243,11 @@ class VLLMPolicy(ChatTemplatePrompts):
             **sync_stats(self.last_sync),
         }
         return out
+
+    def encode(self, prompts: Sequence[str], params: SamplingParams) -> list[list[int]]:
+        """The prompts' token ids, before anything is sampled (a subclass may refuse some)."""
+        del params
+        return [self.tokenizer(p, add_special_tokens=False).input_ids for p in prompts]
 
     def _completion(self, prompt_index: int, prompt_ids: Sequence[int], output: Any) -> Completion:
         toks = list(output.token_ids)
