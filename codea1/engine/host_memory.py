@@ -15,6 +15,12 @@ threshold instead, so that blocks of at least that size get a mapping of their o
 system when freed (``engine.cpu_mmap_threshold``). A Qwen2.5-Coder-0.5B coder update added 5.7-6.8 GB
 to the resident set with the default threshold and 2.0 GB with 128 KiB (docs/LOG.md, 2026-12-03).
 
+Both return memory that the next phase, or the next micro-batch, asks for again, and every page of
+it is faulted back in: a tiny-cpu update faulted 1.3-1.7 M pages, about 5 GB, and spent 16-20 % of
+its CPU time in the kernel. :func:`keep_freed_memory` (``engine.cpu_heap: keep``) is the other
+choice: every block comes from the heap, the heap is never trimmed, and an update reuses the last
+one's pages (docs/LOG.md, 2026-12-05).
+
 Imports: ctypes, config.
 """
 
@@ -45,12 +51,40 @@ def _malloc_trim() -> Callable[[int], int] | None:
     return _libc_function("malloc_trim")
 
 
+M_TRIM_THRESHOLD = -1
+"""glibc's ``mallopt`` parameter number of the free space at the heap's top that ``free`` trims."""
+M_MMAP_MAX = -4
+"""glibc's ``mallopt`` parameter number of the most blocks that get mappings of their own."""
+KEEP_TRIM_THRESHOLD = 2**31 - 1
+"""The trim threshold of a process that keeps its freed memory: the largest ``mallopt`` accepts."""
+
+_keeps_freed_memory = False
+"""Whether :func:`keep_freed_memory` took effect in this process (then nothing is trimmed)."""
+
+
 def release_free_heap() -> None:
-    """Give the C heap's free pages back to the operating system (glibc; a no-op elsewhere). Called
-    by the CPU engines after each update, log-prob pass and rollout."""
+    """Give the C heap's free pages back to the operating system (glibc; a no-op elsewhere, and in a
+    process that keeps its freed memory). Called by the CPU engines after each update, log-prob
+    pass and rollout."""
     trim = _malloc_trim()
-    if trim is not None:
+    if trim is not None and not _keeps_freed_memory:
         trim(0)
+
+
+def keep_freed_memory() -> bool:
+    """Keep the host memory this process frees, for its next allocations, for the rest of the
+    process: glibc maps no block on its own (``M_MMAP_MAX`` 0), ``free`` trims nothing from the
+    heap's top, and :func:`release_free_heap` becomes a no-op. A block freed by one micro-batch or
+    update is then reused by the next without page faults; the resident set stays at the heap's
+    peak. Returns whether the C library took it (False elsewhere than glibc)."""
+    global _keeps_freed_memory
+    mallopt = _libc_function("mallopt")
+    if mallopt is None:
+        return False
+    took = mallopt(ctypes.c_int(M_MMAP_MAX), ctypes.c_int(0)) == 1
+    took = took and mallopt(ctypes.c_int(M_TRIM_THRESHOLD), ctypes.c_int(KEEP_TRIM_THRESHOLD)) == 1
+    _keeps_freed_memory = _keeps_freed_memory or took
+    return took
 
 
 def map_large_blocks(threshold: int) -> bool:

@@ -22,6 +22,8 @@ each):
 * ``work``: the larger of one update's activations (the larger role's micro-batch at full length,
   :func:`~codea1.engine.memory.activation_bytes`) and a role switch's merged weights (``adapters``
   mode: every adapted matrix, built before the engine takes it).
+* ``kept``: with ``engine.cpu_heap: keep``, the freed memory the process keeps for reuse instead of
+  returning it (:data:`KEPT_UPDATES` updates' worth: a measured allowance, not computed).
 
 The activations assume gradient checkpointing (without it, an update holds every layer's) and rows
 at their longest, so real steps usually stay under the total; see docs/training.md (Memory).
@@ -40,6 +42,11 @@ RUNTIME_GIB = 0.7
 """Python, torch, transformers, tokenizers and codea1 in the training process, before any model."""
 VLLM_RUNTIME_GIB = 0.5
 """vLLM's libraries and its in-process engine's buffers, besides weights and KV cache."""
+KEPT_UPDATES = 2.0
+"""Updates' worth of freed memory a process that keeps it holds at its peak (``engine.cpu_heap:
+keep``): one a1 step measured +2.2 GiB for ``qwen-coder-0.5b-cpu`` (update 1.2 GiB in bf16) and
++0.25 GiB for ``demo-cpu`` (0.4 GiB) over the same step with the memory returned (docs/LOG.md,
+2026-12-05)."""
 STATE_BYTES = 4 + 4 + 8
 """fp32 weight, gradient and AdamW's two moments of one trained parameter on a CPU."""
 
@@ -53,11 +60,12 @@ class HostPlan:
     engine: float
     kv_cache: float
     work: float
+    kept: float = 0.0
 
     @property
     def total(self) -> float:
         """The expected peak of the training process's resident set."""
-        return self.runtime + self.learners + self.engine + self.kv_cache + self.work
+        return self.runtime + self.learners + self.engine + self.kv_cache + self.work + self.kept
 
     def line(self) -> str:
         """``expected peak 8.0 GiB (runtime 1.2, learners 2.6, ...)``: one line for a banner."""
@@ -69,6 +77,7 @@ class HostPlan:
                 ("engine", self.engine),
                 ("KV cache", self.kv_cache),
                 ("update", self.work),
+                ("kept heap", self.kept),
             )  # fmt: skip
             if value > 0
         )
@@ -104,12 +113,14 @@ def host_plan(
     kv = engines * default_kv_bytes(cfg, model, w) if vllm else 0
     update = max(_update_bytes(cfg, role, model, w) for role in ("coder", "tester"))
     merge = layers if adapters else 0
+    work = max(update, merge) / GIB
     return HostPlan(
         runtime=RUNTIME_GIB + (VLLM_RUNTIME_GIB if vllm else 0.0),
         learners=learners / GIB,
         engine=engine / GIB,
         kv_cache=kv / GIB,
-        work=max(update, merge) / GIB,
+        work=work,
+        kept=KEPT_UPDATES * work if cfg.engine.cpu_heap == "keep" else 0.0,
     )
 
 

@@ -1,5 +1,7 @@
 """release_free_heap gives freed heap pages back: a process that freed 256 MiB of mid-size blocks
-(below glibc's mmap threshold, pinned under a live block) holds them until it is called."""
+(below glibc's mmap threshold, pinned under a live block) holds them until it is called. A fixed
+mmap threshold returns large blocks when freed; keep_freed_memory keeps every freed block for reuse
+without page faults."""
 
 from __future__ import annotations
 
@@ -93,7 +95,7 @@ def test_the_threshold_is_bounded_in_the_config_and_the_call() -> None:
             load_config("tiny-cpu", [f"engine.cpu_mmap_threshold={bad}"])
         with pytest.raises(ValueError, match="mmap threshold"):
             map_large_blocks(bad)
-    assert load_config("tiny-cpu", ["engine.cpu_mmap_threshold=131072"]).engine.cpu_mmap_threshold == 131072
+    assert load_config("demo-cpu", ["engine.cpu_mmap_threshold=131072"]).engine.cpu_mmap_threshold == 131072
 
 
 def test_loading_a_model_to_train_sets_the_threshold_first(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -108,3 +110,83 @@ def test_loading_a_model_to_train_sets_the_threshold_first(monkeypatch: pytest.M
     calls.clear()
     roles.load_trainable(EngineConfig(), "any")
     assert calls == ["load"]  # 0: glibc's default is left alone
+
+
+KEEP_PROGRAM = r"""
+import resource
+import sys
+from codea1.engine.host_memory import keep_freed_memory, release_free_heap
+
+def rss_mib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / 2**20
+
+def faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+if sys.argv[1] == "keep" and not keep_freed_memory():
+    print("no-mallopt")
+    sys.exit(0)
+base = rss_mib()
+big = bytearray(b"x") * (64 * 2**20)  # 64 MiB, every page written: above any mmap threshold
+held = rss_mib()
+del big
+release_free_heap()
+freed = rss_mib()
+before = faults()
+again = bytearray(b"y") * (64 * 2**20)  # the same size again
+print(f"{base:.0f} {held:.0f} {freed:.0f} {faults() - before}")
+"""
+
+
+def _reuse(mode: str) -> tuple[float, float, float, int] | None:
+    done = subprocess.run(
+        [sys.executable, "-c", KEEP_PROGRAM, mode], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    if done.stdout.strip() == "no-mallopt":
+        return None
+    base, held, freed, faults = done.stdout.split()
+    return float(base), float(held), float(freed), int(faults)
+
+
+def test_a_process_that_keeps_freed_memory_reuses_it_without_page_faults() -> None:
+    kept = _reuse("keep")
+    if kept is None:
+        pytest.skip("this C library has no mallopt (not glibc)")
+    default = _reuse("return")
+    assert default is not None
+    for base, held, _, _ in (kept, default):
+        assert held > base + 60  # both wrote the 64 MiB
+    pages = 64 * 2**20 // 4096
+    assert default[2] < default[1] - 48  # glibc's default: the freed block went back at once
+    assert default[3] > pages // 2  # and was faulted in again, page by page
+    assert kept[2] > kept[1] - 4  # kept: neither free nor release_free_heap gave it back
+    assert kept[3] < pages // 16  # and the same size again reused its pages
+
+
+def test_keeping_freed_memory_excludes_a_mmap_threshold() -> None:
+    from codea1.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="needs engine.cpu_heap=return"):
+        load_config("demo-cpu", ["engine.cpu_heap=keep", "engine.cpu_mmap_threshold=4194304"])
+    with pytest.raises(ConfigError, match="needs engine.cpu_heap=return"):
+        load_config("tiny-cpu", ["engine.cpu_mmap_threshold=4194304"])  # tiny-cpu keeps
+    assert load_config("tiny-cpu", ["engine.cpu_heap=return", "engine.cpu_mmap_threshold=4194304"])
+    with pytest.raises(ConfigError, match="engine.cpu_heap"):
+        load_config("tiny-cpu", ["engine.cpu_heap=sometimes"])
+    assert load_config("demo-cpu", ["engine.cpu_heap=keep"]).engine.cpu_heap == "keep"
+
+
+def test_loading_a_model_to_train_keeps_freed_memory_first_when_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from codea1.config import EngineConfig
+    from codea1.engine.hf_local import roles
+
+    calls: list[object] = []
+    monkeypatch.setattr(roles, "keep_freed_memory", lambda: calls.append("keep") or True)
+    monkeypatch.setattr(roles, "map_large_blocks", lambda n: calls.append(n) or True)
+    monkeypatch.setattr(roles, "load_model_and_tokenizer", lambda *a: calls.append("load") or ("m", "t"))
+    roles.load_trainable(EngineConfig(cpu_heap="keep"), "any")
+    assert calls == ["keep", "load"]

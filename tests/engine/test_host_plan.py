@@ -79,3 +79,21 @@ def test_only_local_cpu_runs_get_a_host_plan(overrides):
 def test_a_model_whose_config_cannot_be_read_gets_no_plan(tmp_path):
     cfg = load_config("demo-cpu", [f"engine.coder_model={tmp_path / 'missing'}"])
     assert expected_host_plan(cfg, "vllm") is None
+
+
+def test_a_run_that_keeps_its_freed_memory_is_planned_with_it():
+    """``engine.cpu_heap=keep`` adds the kept heap, near the peaks one a1 step measured on a 2-core
+    CPU with native bf16 (docs/LOG.md, 2026-12-05): 8.01 GiB for qwen-coder-0.5b-cpu, 2.95-2.99 for
+    demo-cpu (5.78 and 2.70-2.78 with the memory returned)."""
+    for preset, model, overrides, measured in (
+        ("qwen-coder-0.5b-cpu", QWEN_05B, ["engine.cpu_mmap_threshold=0"], 8.01),
+        ("demo-cpu", SMOLLM2_135M, [], 2.97),
+    ):
+        cfg = load_config(preset, ["engine.coder_model=unused", "engine.cpu_heap=keep", *overrides])
+        kept = host_plan(cfg, model, weight_bytes=2, rollout="vllm")
+        returned = host_plan(
+            load_config(preset, ["engine.coder_model=unused"]), model, weight_bytes=2, rollout="vllm"
+        )
+        assert returned.kept == 0 and kept.kept == pytest.approx(2 * kept.work)
+        assert kept.total == pytest.approx(measured, rel=0.15)
+        assert "kept heap" in kept.line() and "kept heap" not in returned.line()
