@@ -261,9 +261,9 @@ class EngineConfig:
     own, returned to the system when freed, in every process that trains a model (0: glibc's
     default, a threshold that rises to 32 MiB as large blocks are freed, and the freed activations of
     an update then stay in a fragmented heap). At most 33554432; costs page faults (docs/training.md).
-    Needs ``cpu_heap: return``."""
+    Only with ``cpu_heap: return``."""
     cpu_heap: Literal["return", "keep"] = "return"
-    """What a CPU process that trains a model does with the host memory it frees. return: the C heap's
+    """What a process that trains a model on the CPU does with the host memory it frees. return: the C heap's
     free pages go back to the system after each update, log-prob pass and rollout, and large blocks
     get mappings of their own (glibc's default); the next phase faults them in again. keep (glibc
     only): no block gets a mapping of its own and nothing is trimmed, so an update reuses the pages
@@ -551,10 +551,11 @@ def check_invariants(cfg: RunConfig) -> None:
             f"engine.cpu_mmap_threshold must be in [0, {CPU_MMAP_THRESHOLD_MAX}] bytes, "
             f"got {cfg.engine.cpu_mmap_threshold}"
         )
-    if cfg.engine.cpu_heap == "keep" and cfg.engine.cpu_mmap_threshold:
+    elif cfg.engine.cpu_heap == "keep" and cfg.engine.cpu_mmap_threshold:
         errors.append(
-            f"engine.cpu_mmap_threshold={cfg.engine.cpu_mmap_threshold} needs engine.cpu_heap=return "
-            "(keep maps no block on its own)"
+            f"engine.cpu_heap=keep maps no block on its own, and engine.cpu_mmap_threshold is "
+            f"{cfg.engine.cpu_mmap_threshold}: set engine.cpu_mmap_threshold=0 to keep, or "
+            "engine.cpu_heap=return to map blocks"
         )
     if cfg.train.method == "selfplay" and cfg.tester.view != "blackbox":
         errors.append(

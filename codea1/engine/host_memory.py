@@ -16,7 +16,7 @@ system when freed (``engine.cpu_mmap_threshold``). A Qwen2.5-Coder-0.5B coder up
 to the resident set with the default threshold and 2.0 GB with 128 KiB (docs/LOG.md, 2026-12-03).
 
 Both return memory that the next phase, or the next micro-batch, asks for again, and every page of
-it is faulted back in: a tiny-cpu update faulted 1.3-1.7 M pages, about 5 GB, and spent 16-20 % of
+it is faulted back in: a tiny-cpu fp32 update faulted 1.3-1.7 M pages (5-7 GB) and spent 14-20 % of
 its CPU time in the kernel. :func:`keep_freed_memory` (``engine.cpu_heap: keep``) is the other
 choice: every block comes from the heap, the heap is never trimmed, and an update reuses the last
 one's pages (docs/LOG.md, 2026-12-05).
@@ -55,8 +55,8 @@ M_TRIM_THRESHOLD = -1
 """glibc's ``mallopt`` parameter number of the free space at the heap's top that ``free`` trims."""
 M_MMAP_MAX = -4
 """glibc's ``mallopt`` parameter number of the most blocks that get mappings of their own."""
-KEEP_TRIM_THRESHOLD = 2**31 - 1
-"""The trim threshold of a process that keeps its freed memory: the largest ``mallopt`` accepts."""
+NO_TRIM = -1
+"""``M_TRIM_THRESHOLD`` -1 (read as the largest ``size_t``): ``free`` never trims the heap's top."""
 
 _keeps_freed_memory = False
 """Whether :func:`keep_freed_memory` took effect in this process (then nothing is trimmed)."""
@@ -82,7 +82,7 @@ def keep_freed_memory() -> bool:
     if mallopt is None:
         return False
     took = mallopt(ctypes.c_int(M_MMAP_MAX), ctypes.c_int(0)) == 1
-    took = took and mallopt(ctypes.c_int(M_TRIM_THRESHOLD), ctypes.c_int(KEEP_TRIM_THRESHOLD)) == 1
+    took = took and mallopt(ctypes.c_int(M_TRIM_THRESHOLD), ctypes.c_int(NO_TRIM)) == 1
     _keeps_freed_memory = _keeps_freed_memory or took
     return took
 

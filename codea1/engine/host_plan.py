@@ -44,9 +44,10 @@ VLLM_RUNTIME_GIB = 0.5
 """vLLM's libraries and its in-process engine's buffers, besides weights and KV cache."""
 KEPT_UPDATES = 2.0
 """Updates' worth of freed memory a process that keeps it holds at its peak (``engine.cpu_heap:
-keep``): one a1 step measured +2.2 GiB for ``qwen-coder-0.5b-cpu`` (update 1.2 GiB in bf16) and
-+0.25 GiB for ``demo-cpu`` (0.4 GiB) over the same step with the memory returned (docs/LOG.md,
-2026-12-05)."""
+keep``), an allowance on the high side: keeping added +2.2 GiB to one a1 step of
+``qwen-coder-0.5b-cpu`` (planned update 1.2 GiB in bf16; the returned run also mapped blocks of 4 MiB
+and more on their own), +0.25 GiB to ``demo-cpu`` (0.4 GiB) and +0.56 GiB to ``tiny-cpu`` (1.4 GiB)
+(docs/LOG.md, 2026-12-05)."""
 STATE_BYTES = 4 + 4 + 8
 """fp32 weight, gradient and AdamW's two moments of one trained parameter on a CPU."""
 

@@ -30,7 +30,7 @@ from codea1.engine.hf_local.weights import (
     PeftRollout,
 )
 from codea1.engine.host_memory import keep_freed_memory, map_large_blocks
-from codea1.engine.loading import ModelLoadError, load_model_and_tokenizer
+from codea1.engine.loading import ModelLoadError, load_model_and_tokenizer, pick_device
 from codea1.engine.lora import base_weights
 
 
@@ -139,10 +139,12 @@ def build_roles(
 
 def load_trainable(engine_cfg: EngineConfig, spec: str) -> tuple[Any, Any]:
     """The model (gradient checkpointing as configured) and tokenizer of ``spec``; first, what the
-    process does with the host memory it frees: kept for reuse (``engine.cpu_heap: keep``), or large
-    blocks mapped on their own when ``engine.cpu_mmap_threshold`` asks for it."""
+    process does with the host memory it frees: kept for reuse when it trains on the CPU
+    (``engine.cpu_heap: keep``), or large blocks mapped on their own when
+    ``engine.cpu_mmap_threshold`` asks for it."""
     if engine_cfg.cpu_heap == "keep":
-        keep_freed_memory()
+        if pick_device(engine_cfg.device).type == "cpu":
+            keep_freed_memory()
     elif engine_cfg.cpu_mmap_threshold:
         map_large_blocks(engine_cfg.cpu_mmap_threshold)
     model, tok = load_model_and_tokenizer(spec, engine_cfg.dtype, engine_cfg.device, engine_cfg.cache_dir)
