@@ -64,22 +64,21 @@ print(f"{base:.0f} {grown:.0f} {rss_mib():.0f}")
 """
 
 
-def _freed_blocks_rss(mode: str) -> tuple[float, float, float] | None:
-    done = subprocess.run(
-        [sys.executable, "-c", MAPPED_PROGRAM, mode], capture_output=True, text=True, timeout=120
-    )
+def _mallopt_program(program: str, mode: str) -> tuple[float, ...] | None:
+    """The numbers ``program`` prints when run with ``mode`` in a fresh process, or None where the C
+    library has no ``mallopt`` (the program says ``no-mallopt``)."""
+    done = subprocess.run([sys.executable, "-c", program, mode], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     if done.stdout.strip() == "no-mallopt":
         return None
-    base, grown, freed = (float(x) for x in done.stdout.split())
-    return base, grown, freed
+    return tuple(float(x) for x in done.stdout.split())
 
 
 def test_a_fixed_mmap_threshold_returns_freed_blocks_at_once() -> None:
-    mapped = _freed_blocks_rss("mapped")
+    mapped = _mallopt_program(MAPPED_PROGRAM, "mapped")
     if mapped is None:
         pytest.skip("this C library has no mallopt mmap threshold (not glibc)")
-    default = _freed_blocks_rss("default")
+    default = _mallopt_program(MAPPED_PROGRAM, "default")
     assert default is not None
     for base, grown, _ in (mapped, default):
         assert grown > base + 448  # both held the 512 MiB while they lived
@@ -142,17 +141,6 @@ print(f"{base:.0f} {held:.0f} {freed:.0f} {faults() - before}")
 """
 
 
-def _reuse(mode: str) -> tuple[float, float, float, int] | None:
-    done = subprocess.run(
-        [sys.executable, "-c", KEEP_PROGRAM, mode], capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr
-    if done.stdout.strip() == "no-mallopt":
-        return None
-    base, held, freed, faults = done.stdout.split()
-    return float(base), float(held), float(freed), int(faults)
-
-
 def _huge_pages_always() -> bool:
     """Transparent huge pages for every mapping: a fresh 64 MiB mapping then faults in 2 MiB pages."""
     try:
@@ -167,10 +155,10 @@ def test_a_process_that_keeps_freed_memory_reuses_it_without_page_faults() -> No
         pytest.skip(
             "transparent huge pages are always on: a returned block's faults are not counted per page"
         )
-    kept = _reuse("keep")
+    kept = _mallopt_program(KEEP_PROGRAM, "keep")
     if kept is None:
         pytest.skip("this C library has no mallopt (not glibc)")
-    default = _reuse("return")
+    default = _mallopt_program(KEEP_PROGRAM, "return")
     assert default is not None
     for base, held, _, _ in (kept, default):
         assert held > base + 60  # both wrote the 64 MiB
