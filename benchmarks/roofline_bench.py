@@ -27,8 +27,10 @@ the driver's threads are seen).
 Usage: ``python benchmarks/roofline_bench.py [--preset tiny-cpu] [--engines transformers,vllm]
 [--problems 2] [--repeats 3] [--rounds 1] [--set KEY=VALUE ...] [--json FILE]``. With
 ``--rounds N`` the engines' processes alternate N times (A B A B ...) and the table holds medians,
-followed by each round's ratio: on a shared machine the rate drifts by more than 10 % from one
-process to the next (docs/LOG.md, 2026-12-05), so one pair cannot decide a 10 % bound. Slow
+followed by each round's ratio and each engine's spread over its own rounds: on a shared machine the
+rate drifts by more than 10 % from one process to the next, the same engine included (a demo-cpu
+update 1.2-1.5x between its own rounds, docs/LOG.md, 2026-12-05), so one pair cannot decide a 10 %
+bound. Slow
 (minutes); run it alone, the numbers are meaningless under CPU contention.
 """
 
@@ -332,6 +334,15 @@ def round_ratios(rounds: dict[str, list[dict]], phase: str) -> list[float]:
     ]
 
 
+def engine_spread(rounds: list[dict], phase: str) -> float | None:
+    """One engine's slowest round over its fastest in ``phase``, per token: how far two fresh
+    processes of the same engine and work differ (None with fewer than two rounds)."""
+    per_token = [
+        r["phases"][phase]["seconds"] / r["phases"][phase]["tokens"] for r in rounds if phase in r["phases"]
+    ]
+    return max(per_token) / min(per_token) if len(per_token) > 1 else None
+
+
 def print_table(base: dict, rows: list[dict]) -> None:
     """Phase x engine: seconds, GFLOP/s and share of the roofline (the best of the GEMM rates
     measured, this machine's noise being what it is); the last column compares the second engine's
@@ -423,11 +434,14 @@ def main(argv: list[str] | None = None) -> None:
     if base and rows:
         print_table(base, rows)
         if args.rounds > 1 and len(rows) == 2:
-            print(f"per round, s/token {rows[1]['engine']}/{rows[0]['engine']}:")
+            first, second = (r["engine"] for r in rows)
+            print(f"per round, s/token {second}/{first}; then each engine's slowest round over its fastest"
+                  " (a single pair cannot resolve a difference below these):")  # fmt: skip
             for phase in rows[0]["phases"]:
                 if ratios := round_ratios(rounds, phase):
                     each = " ".join(f"{x:.2f}" for x in ratios)
-                    print(f"  {phase:<22}{each}   median {statistics.median(ratios):.2f}")
+                    spreads = " ".join(f"{e} {engine_spread(rounds[e], phase):.2f}" for e in (first, second))
+                    print(f"  {phase:<22}{each}   median {statistics.median(ratios):.2f}   spread {spreads}")
     if args.json:
         found = {
             "cpu": cpu_name(),

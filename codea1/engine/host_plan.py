@@ -10,8 +10,8 @@ each):
   (:data:`RUNTIME_GIB`, :data:`VLLM_RUNTIME_GIB`: measured allowances, not computed).
 * ``learners``: ``adapters`` mode, the frozen base once (the model cache's safetensors, mapped: its
   pages count in the resident set once read) and each role's LoRA weights, gradients and AdamW
-  moments (16 bytes per parameter); ``separate`` mode, each role's whole model with its training
-  state and, when the KL term needs it, its frozen reference.
+  moments (:data:`STATE_COPIES` copies in the weights' dtype); ``separate`` mode, each role's whole
+  model with its training state and, when the KL term needs it, its frozen reference.
 * ``engine``: the rollout copy. vLLM on a CPU packs every linear layer for oneDNN; in ``adapters``
   mode the embedding and an untied head's weight are the learners' tensors (``frozen_tensors``), so
   of the vocabulary-sized matrices only the head's packed copy is its own (otherwise the embedding,
@@ -48,8 +48,10 @@ keep``), an allowance on the high side: keeping added +2.2 GiB to one a1 step of
 ``qwen-coder-0.5b-cpu`` (planned update 1.2 GiB in bf16; the returned run also mapped blocks of 4 MiB
 and more on their own), +0.25 GiB to ``demo-cpu`` (0.4 GiB) and +0.56 GiB to ``tiny-cpu`` (1.4 GiB)
 (docs/LOG.md, 2026-12-05)."""
-STATE_BYTES = 4 + 4 + 8
-"""fp32 weight, gradient and AdamW's two moments of one trained parameter on a CPU."""
+STATE_COPIES = 4
+"""Weight, gradient and AdamW's two moments of one trained parameter, each in the weights' dtype: a
+CPU learner trains its weights in their own dtype, with no fp32 master copy (bf16: 8 bytes per
+parameter, fp32: 16; ``hf_local.learner.master_weights_compute_dtype``)."""
 
 
 @dataclass(frozen=True)
@@ -99,11 +101,11 @@ def host_plan(
     models = 1 if one_model else 2
     if adapters:
         lora = model.lora_params(cfg.engine.lora_targets, cfg.engine.lora_r)
-        learners = model.params * w + models * lora * STATE_BYTES
+        learners = model.params * w + models * lora * STATE_COPIES * w
         engines = 1
     else:
         reference = model.params * w if cfg.loss.keeps_reference else 0
-        learners = models * (model.params * STATE_BYTES + reference)
+        learners = models * (model.params * STATE_COPIES * w + reference)
         engines = models
     if not vllm:
         engine = engines * model.params * w

@@ -101,6 +101,11 @@ def test_rounds_merge_into_medians_and_pair_neighbours_in_time() -> None:
     # each round's ratio pairs that round's two processes, not the medians
     assert rb.round_ratios({"transformers": tf, "vllm": vl}, "update") == pytest.approx([1.1, 1.0, 0.9])
     assert rb.round_ratios({"transformers": tf, "vllm": vl}, "missing") == []
+    # each engine's own spread: its slowest round per token over its fastest
+    assert rb.engine_spread(tf, "update") == pytest.approx(1.2)
+    assert rb.engine_spread(vl, "update") == pytest.approx(12.0 / 9.9)
+    assert rb.engine_spread(tf[:1], "update") is None
+    assert rb.engine_spread(tf, "missing") is None
 
 
 def test_rounds_below_one_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
@@ -124,7 +129,8 @@ def test_the_whole_benchmark_runs_on_the_scripted_engine(tmp_path: Path) -> None
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "per round, s/token vllm/transformers:" in done.stdout
+    assert "per round, s/token vllm/transformers;" in done.stdout
+    assert "spread transformers " in done.stdout  # each engine's own rounds, beside the pairs
     found = json.loads(out.read_text())
     assert [len(found["rounds"][e]) for e in ("transformers", "vllm")] == [2, 2]
     phases = found["rows"][0]["phases"]

@@ -31,6 +31,20 @@ def test_the_shipped_presets_are_planned_near_their_measured_peaks(preset, model
     assert plan(preset, model).total == pytest.approx(measured_gib, rel=0.15)
 
 
+def test_a_bf16_learner_is_planned_with_its_state_in_bf16():
+    """A CPU learner trains its weights in their own dtype (no fp32 master copy): in bf16 a trained
+    parameter's weight, gradient and AdamW moments take 8 bytes, not 16. tiny-cpu (two full models)
+    returning its memory peaked at 6.31 GiB in one a1 step on a 2-core CPU with native bf16
+    (docs/LOG.md, 2026-12-05); with 16 bytes the plan said 9.2."""
+    cfg = load_config("tiny-cpu", ["engine.cpu_heap=return"])
+    bf16 = host_plan(cfg, SMOLLM2_135M, weight_bytes=2, rollout="vllm")
+    fp32 = host_plan(cfg, SMOLLM2_135M, weight_bytes=4, rollout="vllm")
+    assert bf16.learners == pytest.approx(fp32.learners / 2)
+    trained = 2 * SMOLLM2_135M.params * 4 * 2 / GIB  # two roles, 4 copies of 2 bytes
+    assert bf16.learners == pytest.approx(trained + 2 * SMOLLM2_135M.params * 2 / GIB)  # + references
+    assert bf16.total == pytest.approx(6.31, rel=0.15)
+
+
 def test_adapters_share_one_base_and_the_engine_keeps_only_the_packed_head():
     adapters, separate = (
         plan("qwen-coder-0.5b-cpu", QWEN_05B),

@@ -13,6 +13,9 @@ the bytes, the same samples.
 from __future__ import annotations
 
 import functools
+import os
+import stat
+import tempfile
 import time
 
 import pytest
@@ -22,6 +25,7 @@ from codea1.config import load_config
 from codea1.core.losses import policy_loss
 from codea1.engine.base import SamplingParams, push_weights
 from codea1.engine.vllm_local.available import vllm_import_error
+from codea1.engine.vllm_local.ipc_dir import IPC_DIR_VARIABLE, use_private_ipc_dir
 from codea1.engine.vllm_local.weight_sync import buckets
 from tests.demo_model import require_demo_model
 from tests.engine.sampled_batches import greedy_transformers, max_logprob_gap, signed_batch
@@ -90,11 +94,15 @@ def setup():
     patch = pytest.MonkeyPatch()
     patch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # an in-process engine may have set 0 before
     patch.setenv("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+    patch.delenv(IPC_DIR_VARIABLE, raising=False)  # undo() removes the private directory's name again
+    ipc_dir = use_private_ipc_dir()  # as roles.start_engine does for an engine in another process
     vllm.envs.disable_envs_cache()  # an in-process engine started earlier freezes vLLM's env reads
+    system_sockets = _sockets(tempfile.gettempdir())
     start = time.perf_counter()
     llm = start_multiprocess_engine(cfg, model_location(cfg.engine.coder_model, cfg.engine.cache_dir))
     print(f"\nmultiprocess engine started in {time.perf_counter() - start:.1f} s")
     patch.undo()
+    assert _sockets(ipc_dir), "the engine's IPC sockets are not in the private directory"
     assert llm.llm_engine.engine_core.__class__.__name__ == "SyncMPClient"  # another process
     hf = roles.coder_policy
     policy = VLLMPolicy(
@@ -102,6 +110,14 @@ def setup():
     )
     yield roles, policy
     llm.llm_engine.engine_core.shutdown()
+    # vLLM's shutdown leaves its socket files; they are in the private directory (removed when the
+    # process exits), none in the system's temporary directory
+    assert _sockets(tempfile.gettempdir()) <= system_sockets
+
+
+def _sockets(directory: str) -> set[str]:
+    """The names of the socket files in ``directory``."""
+    return {e.name for e in os.scandir(directory) if stat.S_ISSOCK(e.stat(follow_symlinks=False).st_mode)}
 
 
 def _prompts(policy):

@@ -47,6 +47,7 @@ from codea1.engine.memory import (
 )
 from codea1.engine.vllm_local.console import engine_start_warnings_hidden, quiet_vllm_logging
 from codea1.engine.vllm_local.frozen_tensors import share_frozen_tensors
+from codea1.engine.vllm_local.ipc_dir import use_private_ipc_dir
 from codea1.engine.vllm_local.policy import VLLMPolicy, VLLMRollout
 from codea1.engine.vllm_local.weight_sync import BUCKETS_BACKEND, REGISTERING_EXTENSION, select_backend
 
@@ -216,6 +217,7 @@ def start_engine(
         sleep_mode=sleep_mode, quiet=quiet, transfer_backend=transfer_backend,
     )  # fmt: skip
     if not in_process:
+        use_private_ipc_dir()  # vLLM's shutdown leaves socket files behind (ipc_dir)
         release_cuda_cache()
     try:
         with engine_start_warnings_hidden(quiet, in_process=in_process):
