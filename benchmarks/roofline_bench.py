@@ -28,10 +28,9 @@ Usage: ``python benchmarks/roofline_bench.py [--preset tiny-cpu] [--engines tran
 [--problems 2] [--repeats 3] [--rounds 1] [--set KEY=VALUE ...] [--json FILE]``. With
 ``--rounds N`` the engines' processes alternate N times (A B A B ...) and the table holds medians,
 followed by each round's ratio and each engine's spread over its own rounds: on a shared machine the
-rate drifts by more than 10 % from one process to the next, the same engine included (a demo-cpu
-update 1.2-1.5x between its own rounds, docs/LOG.md, 2026-12-05), so one pair cannot decide a 10 %
-bound. Slow
-(minutes); run it alone, the numbers are meaningless under CPU contention.
+rate drifts by more than 10 % from one process to the next, the same engine included (demo-cpu's
+updates 1.1-1.6x between one engine's own rounds, docs/LOG.md, 2026-12-05), so one pair cannot
+decide a 10 % bound. Slow (minutes); run it alone, the numbers are meaningless under CPU contention.
 """
 
 from __future__ import annotations
