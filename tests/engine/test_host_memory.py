@@ -11,13 +11,18 @@ import sys
 
 import pytest
 
-PROGRAM = r"""
-import sys
-from codea1.engine.host_memory import _malloc_trim, release_free_heap
+RSS_MIB = r"""
+import os
 
 def rss_mib():
     with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096 / 2**20
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+"""
+"""``rss_mib()``, the resident set in MiB: run ahead of each program below."""
+
+PROGRAM = r"""
+import sys
+from codea1.engine.host_memory import _malloc_trim, release_free_heap
 
 if _malloc_trim() is None:
     print("no-trim")
@@ -34,7 +39,9 @@ print(f"{base:.0f} {freed:.0f} {rss_mib():.0f}")
 
 
 def test_freed_heap_pages_go_back_only_when_asked() -> None:
-    done = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", RSS_MIB + PROGRAM], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     if done.stdout.strip() == "no-trim":
         pytest.skip("this C library has no malloc_trim (not glibc)")
@@ -46,10 +53,6 @@ def test_freed_heap_pages_go_back_only_when_asked() -> None:
 MAPPED_PROGRAM = r"""
 import sys
 from codea1.engine.host_memory import map_large_blocks
-
-def rss_mib():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096 / 2**20
 
 if sys.argv[1] == "mapped" and not map_large_blocks(128 * 1024):
     print("no-mallopt")
@@ -67,7 +70,9 @@ print(f"{base:.0f} {grown:.0f} {rss_mib():.0f}")
 def _mallopt_program(program: str, mode: str) -> tuple[float, ...] | None:
     """The numbers ``program`` prints when run with ``mode`` in a fresh process, or None where the C
     library has no ``mallopt`` (the program says ``no-mallopt``)."""
-    done = subprocess.run([sys.executable, "-c", program, mode], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", RSS_MIB + program, mode], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     if done.stdout.strip() == "no-mallopt":
         return None
@@ -114,14 +119,9 @@ def test_loading_a_model_to_train_sets_the_threshold_first(monkeypatch: pytest.M
 
 
 KEEP_PROGRAM = r"""
-import os
 import resource
 import sys
 from codea1.engine.host_memory import keep_freed_memory, release_free_heap
-
-def rss_mib():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 def faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
