@@ -84,10 +84,11 @@ def child(args: argparse.Namespace, engine: str, dtype: str, *, seeded: bool = T
     return child_json(cmd, f"{engine} {dtype}")
 
 
-def child_json(cmd: list[str], what: str) -> dict | None:
-    """The last JSON line a benchmark's child process printed; None (with the reason, its last
-    stderr line, printed as ``what: failed``) when it failed or printed none."""
-    done = subprocess.run(cmd, capture_output=True, text=True)
+def child_json(cmd: list[str], what: str, env: dict[str, str] | None = None) -> dict | None:
+    """The last JSON line a benchmark's child process printed (its environment ``env``, or this
+    process's); None (with the reason, its last stderr line, printed as ``what: failed``) when it
+    failed or printed none."""
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]

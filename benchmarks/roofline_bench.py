@@ -26,6 +26,8 @@ the driver's threads are seen).
 
 Usage: ``python benchmarks/roofline_bench.py [--preset tiny-cpu] [--engines transformers,vllm]
 [--problems 2] [--repeats 3] [--rounds 1] [--set KEY=VALUE ...] [--json FILE]``. With
+``--set engine.cpu_malloc=tcmalloc`` (or a preset that sets it) the measuring processes start
+with TCMalloc preloaded, as ``codea1 train`` runs them. With
 ``--rounds N`` the engines' processes alternate N times (A B A B ...) and the table holds medians,
 followed by each round's ratio and each engine's spread over its own rounds: on a shared machine the
 rate drifts by more than 10 % from one process to the next, the same engine included (demo-cpu's
@@ -187,6 +189,7 @@ def measure(preset: str, engine: str, overrides: list[str], problems_n: int, rep
     from codea1.data.prompts import coder_messages, tester_messages
     from codea1.engine.base import SamplingParams, TrainBatch
     from codea1.engine.build import build
+    from codea1.engine.host_memory import tcmalloc_loaded
     from codea1.engine.loading import pick_device, pick_dtype
     from codea1.scoring import bind_policy_loss
 
@@ -200,6 +203,7 @@ def measure(preset: str, engine: str, overrides: list[str], problems_n: int, rep
     row: dict = {
         "engine": engine, "dtype": str(dtype).removeprefix("torch."), "threads_before": threads_before,
         "threads_after": threads_after, "hidden": shape.hidden, "intermediate": shape.intermediate, "phases": {},
+        "malloc": "tcmalloc" if tcmalloc_loaded() else "system",
     }  # fmt: skip
     # the roofline after the build; the one before it is measured in a process of its own (see main)
     row["gemm_after"] = gemm_rate(micro_batch_tokens(cfg), shape.hidden, shape.intermediate, dtype)
@@ -279,10 +283,24 @@ def gemm_only(preset: str, overrides: list[str]) -> dict:
 
 
 def child(args: argparse.Namespace, what: str) -> dict | None:
-    """``--one WHAT`` in a fresh process; None (with the reason printed) when it fails."""
+    """``--one WHAT`` in a fresh process, on the allocator ``codea1 train`` would run the
+    configuration on (``engine.cpu_malloc``); None (with the reason printed) when it fails."""
     cmd = [sys.executable, __file__, "--one", what, "--preset", args.preset, "--problems", str(args.problems),
            "--repeats", str(args.repeats), *[x for o in args.overrides for x in ("--set", o)]]  # fmt: skip
-    return child_json(cmd, what)
+    return child_json(cmd, what, env=args.child_env)
+
+
+def child_environment(preset: str, overrides: list[str]) -> dict[str, str] | None:
+    """The measuring processes' environment: TCMalloc preloaded where the configuration asks for it
+    and the library is there, as ``codea1 train`` restarts itself (None: this process's own)."""
+    from codea1.cli.malloc_relaunch import Relaunch
+    from codea1.config import load_config
+    from codea1.engine.host_memory import tcmalloc_library
+
+    library = tcmalloc_library()
+    if load_config(preset, overrides).engine.cpu_malloc != "tcmalloc" or library is None:
+        return None
+    return Relaunch(library).environment()
 
 
 def cpu_name() -> str:
@@ -353,7 +371,7 @@ def print_table(base: dict, rows: list[dict]) -> None:
     print(f"  in a process that built nothing: {base['gemm']:.1f} GFLOP/s, {base['threads']} torch threads")
     for r in rows:
         print(f"  after building with {r['engine']}: {r['gemm_after']:.1f} GFLOP/s, "
-              f"torch threads {r['threads_before']} -> {r['threads_after']}")  # fmt: skip
+              f"torch threads {r['threads_before']} -> {r['threads_after']}, malloc {r['malloc']}")  # fmt: skip
     head = f"{'phase':<22}{'tokens':>8}{'GFLOP':>8}"
     for r in rows:
         head += f"{r['engine'] + ' s':>16}{'cpu s':>8}{'sys s':>7}{'faults':>9}{'GFLOP/s':>9}{'roof':>6}"
@@ -411,6 +429,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         load_config(args.preset, args.overrides)
     except ConfigError as e:
         ap.error(str(e).splitlines()[0])
+    args.child_env = child_environment(args.preset, args.overrides)
     return args
 
 
@@ -422,7 +441,8 @@ def main(argv: list[str] | None = None) -> None:
         else:
             print(json.dumps(measure(args.preset, args.one, args.overrides, args.problems, args.repeats)))
         return
-    print(f"preset {args.preset} {' '.join(args.overrides)} | {cpu_name()}", flush=True)
+    malloc = "tcmalloc" if args.child_env else "system"
+    print(f"preset {args.preset} {' '.join(args.overrides)} | {cpu_name()} | malloc {malloc}", flush=True)
     base = child(args, "gemm")
     rounds: dict[str, list[dict]] = {e: [] for e in args.engine_list}
     for _ in range(args.rounds):  # A B A B ...: the machine's drift falls on both engines alike
@@ -446,6 +466,7 @@ def main(argv: list[str] | None = None) -> None:
             "cpu": cpu_name(),
             "preset": args.preset,
             "overrides": args.overrides,
+            "malloc": malloc,
             "gemm": base,
             "rows": rows,
             "rounds": rounds,

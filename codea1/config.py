@@ -269,6 +269,13 @@ class EngineConfig:
     only): no block gets a mapping of its own and nothing is trimmed, so an update reuses the pages
     of the last one without a page fault; faster learner phases for a larger resident set between
     them (docs/training.md)."""
+    cpu_malloc: Literal["system", "tcmalloc"] = "system"
+    """The allocator of ``codea1 train``'s process (local backend). tcmalloc: the command restarts itself once, before
+    it loads anything, with TCMalloc preloaded (``LD_PRELOAD``; Debian's ``libtcmalloc-minimal4``, or
+    the library ``CODEA1_TCMALLOC`` names), and ``cpu_heap`` and ``cpu_mmap_threshold`` then do
+    nothing; where the library is missing the run goes on with the C library's ``malloc`` and those
+    two settings, and says so. A CPU learner's freed activations are then reused without page faults
+    at the resident set of ``cpu_heap: return`` (docs/training.md)."""
     share_prompts: bool = True
     """Learner passes run a prompt once for all its samples in a micro-batch (one decoder row, a
     custom attention mask; SDPA and eager attention only; on CUDA or with a token budget the rows

@@ -61,7 +61,8 @@ T = TypeVar("T")
 OOM_KNOBS = (
     "coder/tester.optim.micro_batch_size (or micro_batch_tokens), coder/tester.sampling.batch_size, "
     "coder/tester.sampling.max_new_tokens, engine.gradient_checkpointing=true, engine.logprob_chunk, "
-    "engine.mode=adapters, on a CPU engine.cpu_heap=return with engine.cpu_mmap_threshold=4194304"
+    "engine.mode=adapters, on a CPU engine.cpu_malloc=tcmalloc, or engine.cpu_heap=return with "
+    "engine.cpu_mmap_threshold=4194304"
 )
 
 

@@ -20,6 +20,7 @@ from typing import Any, TextIO
 from codea1 import __version__
 from codea1.cli.compile_cache import no_empty_compile_cache
 from codea1.cli.interrupts import ignore_interrupts
+from codea1.cli.malloc_relaunch import Relaunch
 from codea1.config import ConfigError
 from codea1.data.problems import DataError, DataWarning
 from codea1.sandbox.executor import SandboxUnavailable
@@ -66,9 +67,18 @@ def main(argv: list[str] | None = None) -> int:
     moment it has returned or printed its one line, Ctrl-C and SIGTERM are ignored, so the exit
     callbacks run to the end (torch's finalizers once printed a ``KeyboardInterrupt`` traceback).
     An empty compile cache that torch made meanwhile is removed at the end (:mod:`codea1.cli.compile_cache`).
+    A command that asks for another allocator ends here and starts again on it
+    (:mod:`codea1.cli.malloc_relaunch`).
     """
-    with no_empty_compile_cache():
-        return _main(argv)
+    try:
+        with no_empty_compile_cache():
+            return _main(argv)
+    except Relaunch as again:  # the command asked for another allocator: same command, new process
+        try:
+            again.exec()
+        except OSError as e:
+            print(f"codea1: error: cannot restart on {again.library}: {os_error_line(e)}", file=sys.stderr)
+            return 2
 
 
 def _main(argv: list[str] | None) -> int:
@@ -80,6 +90,7 @@ def _main(argv: list[str] | None) -> int:
         print("codea1: interrupted", file=sys.stderr)
         return 130
     args = parser.parse_args(argv)
+    args.program = program  # whether the command may restart itself (codea1.cli.malloc_relaunch)
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2

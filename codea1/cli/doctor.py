@@ -92,6 +92,17 @@ def run(args: argparse.Namespace) -> int:
     )
     rows.append(("vllm", f"imports ({dist or detail})" if ok else detail))
     rows.append(("rollouts (auto)", "vllm" if ok else "transformers"))
+    from codea1.engine.host_memory import TCMALLOC_INSTALL, tcmalloc_library
+
+    tcmalloc = tcmalloc_library()
+    rows.append(
+        (
+            "tcmalloc",
+            f"{tcmalloc} (engine.cpu_malloc=tcmalloc restarts codea1 train on it)"
+            if tcmalloc
+            else f"not found ({TCMALLOC_INSTALL}); runs use the system's malloc",
+        )
+    )
     ray = _version("ray")
     rows.append(
         (

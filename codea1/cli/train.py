@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from codea1.cli import CliError, os_error_line
+from codea1.cli.malloc_relaunch import malloc_in_use
 from codea1.cli.options import check_workers
 from codea1.cli.resume import RESUME_CONFIG, finished_step, resume_config
 from codea1.cli.train_summary import what_changed
@@ -218,11 +219,12 @@ def run(args: argparse.Namespace) -> int:
               f"nothing to do, nothing changed; to extend it raise train.steps in {run_dir / RESUME_CONFIG}, "
               "then --resume", flush=True)  # fmt: skip
         return 0
+    malloc = malloc_in_use(cfg.engine, can_restart=getattr(args, "program", False))  # may restart
     try:
         with ExitStack() as held:
             if resume:
                 held.enter_context(RunDirLock(run_dir))
-            summary = _train(cfg, run_dir, resume, held)
+            summary = _train(cfg, run_dir, resume, held, malloc)
     except RunDirBusy as e:
         raise CliError(f"{e}; wait for it to finish or stop it first") from None
     except (CheckpointError, BookFileError) as e:
@@ -251,8 +253,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _train(cfg: RunConfig, run_dir: Path, resume: bool, held: ExitStack) -> Any:
-    """Load data, models and the sandbox, then (new runs) create the run directory, and train."""
+def _train(cfg: RunConfig, run_dir: Path, resume: bool, held: ExitStack, malloc: str) -> Any:
+    """Load data, models and the sandbox, then (new runs) create the run directory, and train;
+    ``malloc`` says what the process allocates with, for the header."""
     from codea1.data.problems import DataError, load_problems
     from codea1.engine.base import EngineFailure
     from codea1.engine.build import expected_host_plan, rollout_engine
@@ -270,7 +273,7 @@ def _train(cfg: RunConfig, run_dir: Path, resume: bool, held: ExitStack) -> Any:
         print(f"codea1 train: rollouts through transformers ({why_not_vllm}; see codea1 doctor)", flush=True)
     print(f"codea1 train | preset {cfg.preset} | method {cfg.train.method} | engine {cfg.engine.kind} "
           f"({cfg.engine.mode}, rollouts {sampler}) | models {models_line} | steps {cfg.train.steps} "
-          f"| run dir {run_dir}" + (" | resuming" if resume else ""), flush=True)  # fmt: skip
+          f"| malloc {malloc} | run dir {run_dir}" + (" | resuming" if resume else ""), flush=True)  # fmt: skip
     try:
         problems = load_problems(cfg.data.train, limit=cfg.data.limit)
     except DataError as e:

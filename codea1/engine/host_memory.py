@@ -21,13 +21,21 @@ its CPU time in the kernel. :func:`keep_freed_memory` (``engine.cpu_heap: keep``
 choice: every block comes from the heap, the heap is never trimmed, and an update reuses the last
 one's pages (docs/LOG.md, 2026-12-05).
 
-Imports: ctypes, config.
+These are glibc's knobs. A process can instead run on TCMalloc (``engine.cpu_malloc: tcmalloc``;
+``codea1 train`` restarts itself with the library preloaded, :mod:`codea1.cli.malloc_relaunch`):
+its page heap reuses freed spans of any size without faulting them in again and without glibc's
+fragmentation, so a Qwen2.5-Coder-0.5B a1 step kept its 5.78 GiB peak and lost 85 % of its system
+time (docs/LOG.md, 2026-12-06). In such a process the functions here leave the allocator alone.
+
+Imports: ctypes, ctypes.util, os, config.
 """
 
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import functools
+import os
 from collections.abc import Callable
 
 from codea1.config import CPU_MMAP_THRESHOLD_MAX
@@ -62,12 +70,35 @@ _keeps_freed_memory = False
 """Whether :func:`keep_freed_memory` took effect in this process (then nothing is trimmed)."""
 
 
+TCMALLOC_LIBRARY_ENV = "CODEA1_TCMALLOC"
+"""Names the TCMalloc library to preload where the linker's cache does not list it (a path)."""
+TCMALLOC_INSTALL = "apt install libtcmalloc-minimal4, or set CODEA1_TCMALLOC to the library's path"
+"""How a user gets TCMalloc (Debian and Ubuntu's package; ``gperftools`` elsewhere)."""
+TCMALLOC_SYMBOL = "tc_malloc"
+"""A function only TCMalloc defines: found in the process's global symbols when it is loaded."""
+
+
+def tcmalloc_loaded() -> bool:
+    """Whether this process allocates through TCMalloc (preloaded, so it replaced ``malloc``)."""
+    return _libc_function(TCMALLOC_SYMBOL) is not None
+
+
+def tcmalloc_library() -> str | None:
+    """What to put in ``LD_PRELOAD`` for TCMalloc: :data:`TCMALLOC_LIBRARY_ENV` when set and the file
+    exists, else the linker cache's ``libtcmalloc_minimal`` (or the full ``libtcmalloc``); None when
+    there is none."""
+    named = os.environ.get(TCMALLOC_LIBRARY_ENV, "").strip()
+    if named:
+        return named if os.path.isfile(named) else None
+    return ctypes.util.find_library("tcmalloc_minimal") or ctypes.util.find_library("tcmalloc")
+
+
 def release_free_heap() -> None:
-    """Give the C heap's free pages back to the operating system (glibc; a no-op elsewhere, and in a
-    process that keeps its freed memory). Called by the CPU engines after each update, log-prob
-    pass and rollout."""
+    """Give the C heap's free pages back to the operating system (glibc; a no-op elsewhere, in a
+    process that keeps its freed memory, and on TCMalloc, which returns its free spans itself).
+    Called by the CPU engines after each update, log-prob pass and rollout."""
     trim = _malloc_trim()
-    if trim is not None and not _keeps_freed_memory:
+    if trim is not None and not _keeps_freed_memory and not tcmalloc_loaded():
         trim(0)
 
 
@@ -76,10 +107,10 @@ def keep_freed_memory() -> bool:
     process: glibc maps no block on its own (``M_MMAP_MAX`` 0), ``free`` trims nothing from the
     heap's top, and :func:`release_free_heap` becomes a no-op. A block freed by one micro-batch or
     update is then reused by the next without page faults; the resident set stays at the heap's
-    peak. Returns whether the C library took it (False elsewhere than glibc)."""
+    peak. Returns whether the C library took it (False elsewhere than glibc, and on TCMalloc)."""
     global _keeps_freed_memory
     mallopt = _libc_function("mallopt")
-    if mallopt is None:
+    if mallopt is None or tcmalloc_loaded():
         return False
     took = mallopt(ctypes.c_int(M_MMAP_MAX), ctypes.c_int(0)) == 1
     took = took and mallopt(ctypes.c_int(M_TRIM_THRESHOLD), ctypes.c_int(NO_TRIM)) == 1
@@ -91,8 +122,12 @@ def map_large_blocks(threshold: int) -> bool:
     """Have glibc give every heap block of at least ``threshold`` bytes (at most
     :data:`~codea1.config.CPU_MMAP_THRESHOLD_MAX`) a mapping of its own, unmapped when it is freed, for the rest of this
     process; its default threshold rises as large blocks are freed. Returns whether the C library
-    took it (False elsewhere than glibc)."""
+    took it (False elsewhere than glibc, and on TCMalloc)."""
     if not 0 < threshold <= CPU_MMAP_THRESHOLD_MAX:
         raise ValueError(f"mmap threshold must be in (0, {CPU_MMAP_THRESHOLD_MAX}] bytes, got {threshold}")
     mallopt = _libc_function("mallopt")
-    return mallopt is not None and mallopt(ctypes.c_int(M_MMAP_THRESHOLD), ctypes.c_int(threshold)) == 1
+    return (
+        mallopt is not None
+        and not tcmalloc_loaded()
+        and mallopt(ctypes.c_int(M_MMAP_THRESHOLD), ctypes.c_int(threshold)) == 1
+    )

@@ -23,12 +23,14 @@ each):
   :func:`~codea1.engine.memory.activation_bytes`) and a role switch's merged weights (``adapters``
   mode: every adapted matrix, built before the engine takes it).
 * ``kept``: with ``engine.cpu_heap: keep``, the freed memory the process keeps for reuse instead of
-  returning it (:data:`KEPT_UPDATES` updates' worth: a measured allowance, not computed).
+  returning it (:data:`KEPT_UPDATES` updates' worth: a measured allowance, not computed); none in a
+  process on TCMalloc, where the setting does nothing (its peaks measured at or below glibc's
+  returning ones, docs/LOG.md, 2026-12-06).
 
 The activations assume gradient checkpointing (without it, an update holds every layer's) and rows
 at their longest, so real steps usually stay under the total; see docs/training.md (Memory).
 
-Imports: config, engine.memory.
+Imports: config, engine.memory, engine.host_memory.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from codea1.config import RunConfig
+from codea1.engine.host_memory import tcmalloc_loaded
 from codea1.engine.memory import GIB, ModelShape, activation_bytes, default_kv_bytes, worst_micro_batch
 
 RUNTIME_GIB = 0.7
@@ -123,7 +126,7 @@ def host_plan(
         engine=engine / GIB,
         kv_cache=kv / GIB,
         work=work,
-        kept=KEPT_UPDATES * work if cfg.engine.cpu_heap == "keep" else 0.0,
+        kept=KEPT_UPDATES * work if cfg.engine.cpu_heap == "keep" and not tcmalloc_loaded() else 0.0,
     )
 
 

@@ -122,17 +122,22 @@ def test_the_whole_benchmark_runs_on_the_scripted_engine(tmp_path: Path) -> None
     import subprocess
     import sys
 
+    from codea1.engine.host_memory import tcmalloc_library
+
+    malloc = "tcmalloc" if tcmalloc_library() else "system"  # the children run on it, as a run would
     out = tmp_path / "roofline.json"
     done = subprocess.run(
         [sys.executable, str(rb.__file__), "--set", "engine.kind=scripted", "--problems", "1", "--repeats", "1",
-         "--rounds", "2", "--json", str(out)],
+         "--rounds", "2", "--json", str(out), "--set", "engine.cpu_malloc=tcmalloc"],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
+    assert f"| malloc {malloc}" in done.stdout.splitlines()[0]
     assert "per round, s/token vllm/transformers;" in done.stdout
     assert "spread transformers " in done.stdout  # each engine's own rounds, beside the pairs
     found = json.loads(out.read_text())
     assert [len(found["rounds"][e]) for e in ("transformers", "vllm")] == [2, 2]
+    assert {r["malloc"] for e in ("transformers", "vllm") for r in found["rounds"][e]} == {malloc}
     phases = found["rows"][0]["phases"]
     assert set(phases) == {
         f"{role} {phase}" for role in ("coder", "tester")

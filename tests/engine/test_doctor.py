@@ -33,3 +33,17 @@ def test_doctor_prints_the_rollout_engine_auto_picks(monkeypatch, capsys, import
     assert ("rollouts (auto)  vllm" in out) == imports
     assert ("rollouts (auto)  transformers" in out) != imports
     assert imports or "why not" in out
+
+
+@pytest.mark.parametrize("library", ["libtcmalloc_minimal.so.4", None])
+def test_doctor_says_whether_runs_can_use_tcmalloc(monkeypatch, capsys, library):
+    from codea1.engine import host_memory
+
+    monkeypatch.setattr(doctor, "vllm_report", lambda timeout: (False, "not checked here"))
+    monkeypatch.setattr(host_memory, "tcmalloc_library", lambda: library)
+    assert main(["doctor"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("tcmalloc"))
+    if library:
+        assert library in row and "engine.cpu_malloc=tcmalloc" in row
+    else:
+        assert "not found (apt install libtcmalloc-minimal4" in row

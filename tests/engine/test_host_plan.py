@@ -111,3 +111,16 @@ def test_a_run_that_keeps_its_freed_memory_is_planned_with_it():
         assert returned.kept == 0 and kept.kept == pytest.approx(2 * kept.work)
         assert kept.total == pytest.approx(measured, rel=0.15)
         assert "kept heap" in kept.line() and "kept heap" not in returned.line()
+
+
+def test_a_process_on_tcmalloc_plans_no_kept_heap(monkeypatch: pytest.MonkeyPatch):
+    """On TCMalloc ``engine.cpu_heap`` does nothing (``tiny-cpu`` keeps only where TCMalloc is
+    missing): its peaks were at or below glibc's returned ones (docs/LOG.md, 2026-12-06)."""
+    from codea1.engine import host_plan as plans
+
+    cfg = load_config("tiny-cpu", [])
+    assert cfg.engine.cpu_heap == "keep" and cfg.engine.cpu_malloc == "tcmalloc"
+    monkeypatch.setattr(plans, "tcmalloc_loaded", lambda: False)
+    assert host_plan(cfg, SMOLLM2_135M, weight_bytes=2, rollout="vllm").kept > 0  # the fallback keeps
+    monkeypatch.setattr(plans, "tcmalloc_loaded", lambda: True)
+    assert host_plan(cfg, SMOLLM2_135M, weight_bytes=2, rollout="vllm").kept == 0
