@@ -290,17 +290,17 @@ def child(args: argparse.Namespace, what: str) -> dict | None:
     return child_json(cmd, what, env=args.child_env)
 
 
-def child_environment(preset: str, overrides: list[str]) -> dict[str, str] | None:
-    """The measuring processes' environment: TCMalloc preloaded where the configuration asks for it
-    and the library is there, as ``codea1 train`` restarts itself (None: this process's own)."""
-    from codea1.cli.malloc_relaunch import Relaunch
+def child_environment(preset: str, overrides: list[str]) -> tuple[dict[str, str] | None, str]:
+    """The measuring processes' environment (None: this process's own) and what they allocate with,
+    by ``codea1 train``'s own rule (:func:`~codea1.cli.malloc_relaunch.malloc_in_use`): where a run
+    would restart on TCMalloc, the children start with it preloaded."""
+    from codea1.cli.malloc_relaunch import Relaunch, malloc_in_use
     from codea1.config import load_config
-    from codea1.engine.host_memory import tcmalloc_library
 
-    library = tcmalloc_library()
-    if load_config(preset, overrides).engine.cpu_malloc != "tcmalloc" or library is None:
-        return None
-    return Relaunch(library).environment()
+    try:
+        return None, malloc_in_use(load_config(preset, overrides).engine, can_restart=True)
+    except Relaunch as again:
+        return again.environment(), "tcmalloc"
 
 
 def cpu_name() -> str:
@@ -429,7 +429,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         load_config(args.preset, args.overrides)
     except ConfigError as e:
         ap.error(str(e).splitlines()[0])
-    args.child_env = child_environment(args.preset, args.overrides)
+    args.child_env, args.malloc = child_environment(args.preset, args.overrides)
     return args
 
 
@@ -441,8 +441,9 @@ def main(argv: list[str] | None = None) -> None:
         else:
             print(json.dumps(measure(args.preset, args.one, args.overrides, args.problems, args.repeats)))
         return
-    malloc = "tcmalloc" if args.child_env else "system"
-    print(f"preset {args.preset} {' '.join(args.overrides)} | {cpu_name()} | malloc {malloc}", flush=True)
+    print(
+        f"preset {args.preset} {' '.join(args.overrides)} | {cpu_name()} | malloc {args.malloc}", flush=True
+    )
     base = child(args, "gemm")
     rounds: dict[str, list[dict]] = {e: [] for e in args.engine_list}
     for _ in range(args.rounds):  # A B A B ...: the machine's drift falls on both engines alike
@@ -466,7 +467,7 @@ def main(argv: list[str] | None = None) -> None:
             "cpu": cpu_name(),
             "preset": args.preset,
             "overrides": args.overrides,
-            "malloc": malloc,
+            "malloc": args.malloc,
             "gemm": base,
             "rows": rows,
             "rounds": rounds,
