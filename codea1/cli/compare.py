@@ -39,6 +39,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--output", type=Path, default=None, metavar="FILE.json", help="also write the table as JSON"
     )
+    parser.add_argument(
+        "--one-sided", action="store_true",
+        help="also give the one-sided p of 'A is better' (column p_one_sided_a_better), for a direction named "
+        "before looking; the default p is two-sided (p_two_sided)",
+    )  # fmt: skip
     parser.set_defaults(func=run)
 
 
@@ -63,15 +68,17 @@ def run(args: argparse.Namespace) -> int:
         )
     except ReportError as e:
         raise CliError(str(e)) from None
-    print(format_comparison(cmp))
+    print(format_comparison(cmp, one_sided=args.one_sided))
     if args.output is not None:
-        write_output(args.output, json.dumps(cmp.to_json(), indent=2) + "\n", make_parents=True)
+        text = json.dumps(cmp.to_json(one_sided=args.one_sided), indent=2) + "\n"
+        write_output(args.output, text, make_parents=True)
         print(f"wrote {args.output}", file=sys.stderr, flush=True)
     return 0
 
 
-def format_comparison(cmp: MethodComparison) -> str:
-    """The comparison as plain text: a header, one table per split, the notes."""
+def format_comparison(cmp: MethodComparison, *, one_sided: bool = False) -> str:
+    """The comparison as plain text: a header, one table per split, the notes. The p column is the
+    two-sided sign-flip p (``p_two_sided``); ``one_sided`` adds the one-sided p of "A is better"."""
     s = cmp.settings
     lines = [
         f"codea1 compare: step {cmp.step}, eval.data={s['eval.data']} (eval.n={s['eval.n']}, "
@@ -88,9 +95,13 @@ def format_comparison(cmp: MethodComparison) -> str:
         rows = [r for r in cmp.results if r.split == split]
         if not rows:
             continue
+        also = ", one-sided p of A better" if one_sided else ""
         lines += ["", f"{split} problems ({cmp.problems[split]}): A - B in points, paired over problems, "
-                  f"{level} % bootstrap interval, two-sided sign-flip p"]  # fmt: skip
-        table = [["A vs B", "metric", "A", "B", "A-B", f"{level}% CI", "p", "A>B", "A<B", "problems", ""]]
+                  f"{level} % bootstrap interval, two-sided sign-flip p{also}"]  # fmt: skip
+        p_columns = ["p_two_sided"] + (["p_one_sided_a_better"] if one_sided else [])
+        table = [
+            ["A vs B", "metric", "A", "B", "A-B", f"{level}% CI", *p_columns, "A>B", "A<B", "problems", ""]
+        ]
         previous = ""
         for r in rows:
             pair = f"{r.a} vs {r.b}"
@@ -98,12 +109,12 @@ def format_comparison(cmp: MethodComparison) -> str:
             previous = pair
             d = r.delta
             if d is None:
-                table.append([shown, r.metric, "-", "-", "-", "-", "-", "-", "-", "-", f"({r.reason})"])
+                table.append([shown, r.metric, *["-"] * (len(p_columns) + 7), f"({r.reason})"])
                 continue
             table.append([
                 shown, r.metric, f"{100 * d.after:.1f}", f"{100 * d.before:.1f}", f"{100 * d.delta:+.1f}",
-                f"[{100 * d.ci_low:+.1f}, {100 * d.ci_high:+.1f}]", _p(d.p_two_sided), str(d.improved),
-                str(d.worsened), str(d.problems), "",
+                f"[{100 * d.ci_low:+.1f}, {100 * d.ci_high:+.1f}]", _p(d.p_two_sided),
+                *([_p(d.p_one_sided)] if one_sided else []), str(d.improved), str(d.worsened), str(d.problems), "",
             ])  # fmt: skip
         widths = [max(len(row[i]) for row in table) for i in range(len(table[0]) - 1)] + [0]
         for i, row in enumerate(table):

@@ -116,13 +116,31 @@ def add_parsers(subparsers: Any) -> dict[str, argparse.ArgumentParser]:
             "of generation lists; auto: by the file's keys (refuses a mix)",
         )  # fmt: skip
 
-    cmp = sub.add_parser("compare", help="before vs after: paired bootstrap of two evaluations")
-    cmp.add_argument(
-        "before", type=Path, help="results JSONL or metrics JSON of `eval code|tests` (baseline)"
+    cmp = sub.add_parser(
+        "compare",
+        help="before vs after: paired bootstrap of two evaluations (or of two sets of seeds)",
+        description="The paired difference after - before over problems, with a bootstrap interval and "
+        "a two-sided sign-flip p. Either BEFORE AFTER (one results file each) or --before FILE... --after "
+        "FILE... (several evaluations per side, e.g. one per training seed: each problem's score is "
+        "averaged over a side's files before pairing, as `codea1 compare` averages a method's seeds).",
     )
     cmp.add_argument(
-        "after", type=Path, help="results JSONL or metrics JSON of `eval code|tests` (new model)"
-    )
+        "files", type=Path, nargs="*", metavar="BEFORE AFTER",
+        help="results JSONL or metrics JSON of `eval code|tests`: the baseline, then the new model",
+    )  # fmt: skip
+    cmp.add_argument(
+        "--before", type=Path, nargs="+", dest="before_files", metavar="FILE",
+        help="the baseline's results files (one per seed), instead of BEFORE AFTER",
+    )  # fmt: skip
+    cmp.add_argument(
+        "--after", type=Path, nargs="+", dest="after_files", metavar="FILE",
+        help="the new model's results files (one per seed), instead of BEFORE AFTER",
+    )  # fmt: skip
+    cmp.add_argument(
+        "--one-sided", action="store_true",
+        help="also print the one-sided p of 'after is better' (p_one_sided_after_better), for a direction "
+        "named before looking; the default p is two-sided (p_two_sided)",
+    )  # fmt: skip
     cmp.add_argument(
         "--metric", choices=("pass", "valid", "killed"), default="pass",
         help="per-problem score: pass (code: fraction of correct samples), valid (tests: valid tests / k), "

@@ -23,9 +23,10 @@ class PairedDelta:
 
     Scores are fractions in [0, 1]; ``before``, ``after``, ``delta`` and the interval are their means.
     ``p_not_better`` is the fraction of resamples whose delta is <= 0 (a one-sided bootstrap p-value
-    for "after is better"); ``p_sign_flip`` the one-sided sign-flip permutation p-value of the same
-    hypothesis (:func:`sign_flip_p`), ``p_two_sided`` its two-sided form; ``improved`` / ``worsened``
-    count problems whose own score went up / down.
+    for "after is better"); ``p_one_sided`` the one-sided sign-flip permutation p-value of the same
+    hypothesis (:func:`sign_flip_p`), ``p_two_sided`` its two-sided form, the p every output reports
+    unless a one-sided one is asked for (and then labelled); ``improved`` / ``worsened`` count
+    problems whose own score went up / down.
     """
 
     problems: int
@@ -39,7 +40,7 @@ class PairedDelta:
     improved: int
     worsened: int
     resamples: int
-    p_sign_flip: float = 1.0
+    p_one_sided: float = 1.0
     p_two_sided: float = 1.0
     """The two-sided sign-flip p-value of "the mean paired difference is not 0" (``|Δ|`` at least the
     observed one): the p of a comparison with no direction named in advance, such as two methods."""
@@ -91,7 +92,7 @@ def paired_bootstrap(
         improved=int((diff > 0).sum()),
         worsened=int((diff < 0).sum()),
         resamples=resamples,
-        p_sign_flip=sign_flip_p(diff, seed=seed),
+        p_one_sided=sign_flip_p(diff, seed=seed),
         p_two_sided=sign_flip_p(diff, seed=seed, two_sided=True),
     )
 
@@ -244,7 +245,7 @@ def paired_statistic(
         improved=int((own_a > own_b).sum()),
         worsened=int((own_a < own_b).sum()),
         resamples=resamples,
-        p_sign_flip=one / total,
+        p_one_sided=one / total,
         p_two_sided=two / total,
     )
 

@@ -3,8 +3,10 @@
 Each side is the per-problem records of ``codea1 eval code`` (``{"id", "source", "correct": [...]}``)
 or of ``codea1 eval tests`` (``{"id", "source", "k", "valid", "killed", "mutants", "equivalent",
 ...}``). A problem's score is one of :data:`METRICS`, and the difference of the mean scores gets a
-paired bootstrap interval and a sign-flip p-value per benchmark and over all problems
-(:mod:`codea1.core.bootstrap`). Used by ``codea1 eval compare`` and by the report's evaluation table.
+paired bootstrap interval and a two-sided sign-flip p-value per benchmark and over all problems
+(:mod:`codea1.core.bootstrap`). A side may be several evaluations of the same problems (training
+seeds): each problem's score is averaged over them before pairing, as ``codea1 compare`` averages a
+method's seeds. Used by ``codea1 eval compare`` and by the report's evaluation table.
 
 Pure: no I/O (callers read the files).
 """
@@ -77,8 +79,28 @@ def compare_records(
     Both sides must cover exactly the same problem ids; otherwise ``ValueError`` names how many
     are missing on each side (comparing different problem sets would not be paired).
     """
-    b = problem_scores(before, "before", metric)
-    a = problem_scores(after, "after", metric)
+    return compare_sides(
+        [before], [after], resamples=resamples, confidence=confidence, seed=seed, metric=metric
+    )
+
+
+def compare_sides(
+    before: Sequence[Sequence[Mapping[str, Any]]],
+    after: Sequence[Sequence[Mapping[str, Any]]],
+    *,
+    resamples: int = 10_000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    metric: str = "pass",
+) -> dict[str, PairedDelta]:
+    """:func:`compare_records` with one or more evaluations per side (e.g. one per training seed).
+
+    Each problem's score is the mean of its scores in the side's evaluations (:func:`averaged_scores`),
+    then the two sides are paired by problem. ``ValueError`` as :func:`compare_records`, or when the
+    evaluations of one side do not score the same problems.
+    """
+    b = averaged_scores(before, "before", metric)
+    a = averaged_scores(after, "after", metric)
     only_b, only_a = sorted(set(b) - set(a)), sorted(set(a) - set(b))
     if only_b or only_a:
         example = (only_b or only_a)[0]
@@ -106,8 +128,38 @@ def compare_records(
     }
 
 
-def delta_table(deltas: Mapping[str, PairedDelta]) -> dict[str, dict[str, float]]:
-    """Rows for :func:`codea1.eval.tables.format_table` and the JSON output, scores in percent."""
+def averaged_scores(
+    evaluations: Sequence[Sequence[Mapping[str, Any]]], label: str, metric: str = "pass"
+) -> dict[str, tuple[str, float]]:
+    """``id -> (source, mean score)`` over several evaluations of the same problems (seeds).
+
+    ``ValueError`` when there is none, or when one scores other problems than the first (a seed
+    evaluated on other data, or a problem with live mutants in one file and none in another).
+    """
+    if not evaluations:
+        raise ValueError(f"{label}: no evaluation given")
+    scored = [
+        problem_scores(records, label if len(evaluations) == 1 else f"{label} file {i + 1}", metric)
+        for i, records in enumerate(evaluations)
+    ]
+    first = scored[0]
+    for i, other in enumerate(scored[1:], start=2):
+        if set(other) != set(first):
+            missing, extra = sorted(set(first) - set(other)), sorted(set(other) - set(first))
+            example = (missing or extra)[0]
+            raise ValueError(
+                f"{label}: file {i} scores other problems than file 1 ({len(missing)} missing, "
+                f"{len(extra)} more, e.g. {example}); a side's files must evaluate the same problems"
+            )
+    return {pid: (source, sum(s[pid][1] for s in scored) / len(scored)) for pid, (source, _) in first.items()}
+
+
+def delta_table(deltas: Mapping[str, PairedDelta], *, one_sided: bool = False) -> dict[str, dict[str, float]]:
+    """Rows for :func:`codea1.eval.tables.format_table` and the JSON output, scores in percent.
+
+    The p-value is the two-sided sign-flip one (``p_two_sided``); ``one_sided`` adds the one-sided
+    p of "after is better" as ``p_one_sided_after_better``, for a direction named in advance.
+    """
     rows: dict[str, dict[str, float]] = {}
     for name, d in deltas.items():
         level = round(100 * d.confidence)
@@ -117,10 +169,9 @@ def delta_table(deltas: Mapping[str, PairedDelta]) -> dict[str, dict[str, float]
             "delta": 100 * d.delta,
             f"ci{level}_low": 100 * d.ci_low,
             f"ci{level}_high": 100 * d.ci_high,
-            "p_not_better": d.p_not_better,
-            "p_sign_flip": d.p_sign_flip,
-            "improved": d.improved,
-            "worsened": d.worsened,
-            "problems": d.problems,
+            "p_two_sided": d.p_two_sided,
         }
+        if one_sided:
+            rows[name]["p_one_sided_after_better"] = d.p_one_sided
+        rows[name].update({"improved": d.improved, "worsened": d.worsened, "problems": d.problems})
     return rows

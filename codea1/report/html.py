@@ -195,11 +195,12 @@ def _evaluation(runs: list[RunData]) -> str:
     header = ["run", "file", "benchmark"] + [e(m) for m in metrics]
     note = ""
     if with_deltas:
-        header += ["vs step", "before", "after", "Δ", "95 % CI of Δ", "p(Δ ≤ 0)"]
+        header += ["vs step", "before", "after", "Δ", "95 % CI of Δ", "p two-sided"]
         note = (
             " Δ compares the newest evaluation with the run's earliest one of the same benchmark (e.g. the "
             "base model saved as step 0): mean fraction of correct samples per problem, in percent, with a "
-            "paired bootstrap over problems (2,000 resamples; <code>codea1 eval compare</code> gives more)."
+            "paired bootstrap over problems (2,000 resamples) and a two-sided sign-flip p "
+            "(<code>codea1 eval compare</code> gives more)."
         )
     return (
         '<h2 id="eval-table">Latest evaluation</h2>'
@@ -215,7 +216,7 @@ def _delta_cells(delta: Any, baseline_step: int | None) -> list[str]:
     ci = f"[{100 * delta.ci_low:+.1f}, {100 * delta.ci_high:+.1f}]"
     return [
         step, _num(100 * delta.before), _num(100 * delta.after),
-        _td(f"{100 * delta.delta:+.1f}"), _td(ci), _num(delta.p_not_better),
+        _td(f"{100 * delta.delta:+.1f}"), _td(ci), _num(delta.p_two_sided),
     ]  # fmt: skip
 
 

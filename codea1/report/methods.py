@@ -91,8 +91,9 @@ class MethodComparison:
     results: list[PairResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-able form, scores in percent (as the printed table)."""
+    def to_json(self, *, one_sided: bool = False) -> dict[str, Any]:
+        """A JSON-able form, scores in percent (as the printed table); the p is two-sided
+        (``p_two_sided``), and ``one_sided`` adds the one-sided p of "A is better"."""
 
         def delta(d: PairedDelta | None) -> dict[str, Any] | None:
             if d is None:
@@ -100,8 +101,8 @@ class MethodComparison:
             return {
                 "a": 100 * d.after, "b": 100 * d.before, "delta": 100 * d.delta, "ci_low": 100 * d.ci_low,
                 "ci_high": 100 * d.ci_high, "confidence": d.confidence, "p_two_sided": d.p_two_sided,
-                "p_a_better": d.p_sign_flip, "a_better": d.improved, "b_better": d.worsened,
-                "problems": d.problems, "resamples": d.resamples,
+                **({"p_one_sided_a_better": d.p_one_sided} if one_sided else {}), "a_better": d.improved,
+                "b_better": d.worsened, "problems": d.problems, "resamples": d.resamples,
             }  # fmt: skip
 
         return {

@@ -106,7 +106,7 @@ def test_paired_statistic_swaps_whole_rows_for_a_ratio() -> None:
     assert (d.improved, d.worsened) == (1, 1)
     # patterns: none swapped +1/8, swap 0 -> (1+0)/8 - (1+3)/8 = -3/8, swap 1 -> 4/8 - 0/8... all four by hand
     swapped = [1 / 8, (1 + 0) / 8 - (3 + 1) / 8, (3 + 1) / 8 - (1 + 0) / 8, -1 / 8]
-    assert d.p_sign_flip == pytest.approx(sum(s >= 1 / 8 - 1e-12 for s in swapped) / 4)
+    assert d.p_one_sided == pytest.approx(sum(s >= 1 / 8 - 1e-12 for s in swapped) / 4)
     assert d.p_two_sided == pytest.approx(sum(abs(s) >= 1 / 8 - 1e-12 for s in swapped) / 4)
 
 

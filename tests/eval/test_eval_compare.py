@@ -82,7 +82,9 @@ def test_cli_compares_two_evaluations_through_their_metrics_files(tmp_path, caps
 def test_cli_compare_errors_are_clear(tmp_path, capsys) -> None:
     bare = tmp_path / "bare.json"
     bare.write_text(json.dumps({"all": {"pass@1": 1.0}}))
-    assert main(["eval", "compare", str(bare), str(bare)]) == 2
+    other = tmp_path / "other.json"
+    other.write_text(bare.read_text())
+    assert main(["eval", "compare", str(bare), str(other)]) == 2
     assert "without a 'results' file" in capsys.readouterr().err
     assert main(["eval", "compare", str(tmp_path / "missing.jsonl"), str(bare)]) == 2
     assert "no such file" in capsys.readouterr().err
@@ -125,7 +127,7 @@ def test_cli_compare_keeps_the_problems_of_a_spec_and_reads_tests_results(tmp_pa
     assert main([*argv, "--output", str(out)]) == 0
     row = json.loads(out.read_text())["S"]
     assert row["problems"] == 2 and row["delta"] == pytest.approx(100.0)
-    assert row["p_sign_flip"] == pytest.approx(0.25)  # 2 problems: 1 of 4 sign patterns is as large
+    assert row["p_two_sided"] == pytest.approx(0.5)  # 2 problems: 2 of 4 sign patterns are as far from 0
     assert main([*argv[:-1], "demo:heldout"]) == 2
     assert "none of its 16 problems" in capsys.readouterr().err
 

@@ -193,8 +193,10 @@ def test_compare_of_broken_metrics_files(
 ) -> None:
     metrics = place.data / "self.json"
     metrics.write_bytes(content if content is not None else json.dumps({"results": str(metrics)}).encode())
+    twin = place.data / "twin.json"  # a second file: the same file twice is refused before it is read
+    twin.write_bytes(metrics.read_bytes())
     snapshot = tree(place.data)
-    outcome = run_cli(["eval", "compare", metrics, metrics], capsys)
+    outcome = run_cli(["eval", "compare", metrics, twin], capsys)
     assert_one_line_error(outcome, needle)
     assert_untouched(place, snapshot)
 
