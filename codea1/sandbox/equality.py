@@ -1,7 +1,10 @@
 """Trusted-side, type-aware equality of decoded values (docs/algorithm.md, deviation D3).
 
-Rules: ``bool`` never equals a number (``True != 1``); ``int`` and ``float`` compare numerically, a
-float with ``math.isclose(rel_tol, abs_tol)`` and ``nan == nan``; ``complex`` likewise; ``str`` and
+Rules (``got`` is the value under test, ``expected`` the value it must equal): ``bool`` never equals
+a number (``True != 1``); ``int`` and ``float`` compare numerically, with ``math.isclose(rel_tol,
+abs_tol)`` only where the expected value is a float (evalplus applies its tolerance only to expected
+floats), exactly as Python's ``==`` otherwise (``float(30000005) != 30000000``), and ``nan == nan``;
+``complex`` with the tolerance where the expected value is a complex or a float; ``str`` and
 ``bytes`` exactly; ``list`` and ``tuple`` are interchangeable (as evalplus, which compares after
 converting tuples) and compared element-wise; ``set``/``frozenset`` ignore order; ``dict`` compares
 key sets and values per key; an :class:`ObjectState` (an object of a class written in Python)
@@ -47,8 +50,9 @@ def _is_number(v: Any) -> bool:
 
 
 def _numbers_equal(a: int | float, b: int | float, rel_tol: float, abs_tol: float) -> bool:
-    if type(a) is int and type(b) is int:
-        return a == b
+    """``a`` (got) equals ``b`` (expected): with the tolerance only where ``b`` is a float."""
+    if type(b) is int:
+        return a == b  # exact, as Python compares an int with an int or a float
     try:
         fa, fb = float(a), float(b)
     except OverflowError:
@@ -81,7 +85,8 @@ def _key(v: Any) -> Any:
 
 
 def values_equal(a: Any, b: Any, rel_tol: float = 1e-6, abs_tol: float = 1e-6, _depth: int = 0) -> bool:
-    """Type-aware equality of two decoded values (see the module docstring for the rules)."""
+    """Type-aware equality of ``a`` (the value got) and ``b`` (the value expected), two decoded values
+    (see the module docstring for the rules; the float tolerance applies where ``b`` holds a float)."""
     if _depth > 400:
         return False
     ta, tb = type(a), type(b)
@@ -95,6 +100,8 @@ def values_equal(a: Any, b: Any, rel_tol: float = 1e-6, abs_tol: float = 1e-6, _
         ca, cb = complex(a), complex(b)
         if cmath.isnan(ca) or cmath.isnan(cb):
             return cmath.isnan(ca) and cmath.isnan(cb)
+        if tb is int:
+            return a == b
         return cmath.isclose(ca, cb, rel_tol=rel_tol, abs_tol=abs_tol)
     if ta in (list, tuple) and tb in (list, tuple):
         return len(a) == len(b) and all(

@@ -114,7 +114,7 @@ def _judge_oracle(call: ExprOutcome, pred: ExprOutcome | str, rel: float, abs_: 
         return OracleVerdict("wrong_prediction", f"prediction did not run: {pred}")
     if pred.kind != "value":
         return OracleVerdict("wrong_prediction", f"prediction {pred.kind}: {pred.reason}".rstrip(": "))
-    if values_equal(call.value, pred.value, rel, abs_):
+    if values_equal(pred.value, call.value, rel, abs_):  # the reference's value is the expected one
         return OracleVerdict("valid")
     return OracleVerdict(
         "wrong_prediction", f"prediction {NO_STATE}" if contains_opaque(pred.value) else "prediction differs"

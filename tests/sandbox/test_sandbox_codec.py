@@ -207,7 +207,7 @@ def test_frames_split_and_stop_at_end_marker() -> None:
         ({"a": 1, "b": 2}, {"b": 2, "a": 1.0}, True), ({1: "x"}, {True: "x"}, False), ("a", b"a", False),
         (None, 0, False), (None, None, True), ({0.1 + 0.2}, {0.3}, True), ([[1.0]], [[1]], True),
         (Opaque("m.A", "A()"), Opaque("m.A", "A()"), True), (Opaque("m.A", "A()"), 1, False),
-        (ObjectState("m.N", (("v", 1),)), ObjectState("m.N", (("v", 1.0000001),)), True),
+        (ObjectState("m.N", (("v", 1.0),)), ObjectState("m.N", (("v", 1.0000001),)), True),
         (ObjectState("m.N", (("v", 1),)), ObjectState("m.N", (("v", True),)), False),
         (ObjectState("m.N", (("v", 1),)), ObjectState("m.M", (("v", 1),)), False),
         (ObjectState("m.N", (("v", 1),)), ObjectState("m.N", (("w", 1),)), False),
@@ -222,3 +222,20 @@ def test_frames_split_and_stop_at_end_marker() -> None:
 def test_values_equal_rules(a: object, b: object, equal: bool) -> None:
     assert values_equal(a, b) is equal
     assert values_equal(b, a) is equal
+
+
+@pytest.mark.parametrize(
+    ("got", "expected", "equal"),
+    [
+        (float(10**7 * 3 + 5), 30000000, False), (30000000, float(10**7 * 3 + 5), True),
+        (30000000.0, 30000000, True), (1.0000001, 1, False), (1, 1.0000001, True), (1.0000001, 1.0, True),
+        ([2.0000001], [2], False), ({"k": 2.0000001}, {"k": 2}, False), ({2.0000001}, {2}, False),
+        (ObjectState("m.N", (("v", 1.0000001),)), ObjectState("m.N", (("v", 1),)), False),
+        (complex(5, 1e-9), 5, False), (5, complex(5, 1e-9), True), (10**400, 1e308, False),
+    ],
+)  # fmt: skip
+def test_float_tolerance_only_where_the_expected_value_is_a_float(
+    got: object, expected: object, equal: bool
+) -> None:
+    """evalplus: a tolerance for expected floats only; an expected int is compared as Python does."""
+    assert values_equal(got, expected) is equal
