@@ -12,7 +12,9 @@ The rules (docs/sandbox.md, "Tests judge behaviour only"):
 
 * the entry point may only be called (``f(x)``, ``obj.f(x)``), never used as a value;
 * no special name (``__builtins__``, ``__import__``) and no attribute that starts with ``_``
-  (``.__code__``, ``.__defaults__``, ``.__globals__``, ``._getframe``);
+  (``.__code__``, ``.__defaults__``, ``.__globals__``, ``._getframe``, ``.__traceback__``);
+* no attribute of a frame, traceback or code object, or of the generator or coroutine holding one
+  (``.gi_frame``, ``.f_globals``, ``.f_back``, ``.tb_frame``, ``.co_code``: :data:`INTERNALS`);
 * no introspection or dynamic-code builtin (``globals``, ``vars``, ``getattr``, ``eval``, ``id``,
   ...) and no name or attribute that reaches interpreter state (``sys``, ``builtins``,
   ``inspect``, ``gc``, ``os``, ``signal``, ``str.format``'s field lookups, ...);
@@ -41,6 +43,11 @@ STATE = frozenset(
     "attrgetter methodcaller format format_map Formatter".split()
 )
 """Names and attributes that reach the interpreter's state or read attributes by name at run time."""
+INTERNALS = ("gi_", "cr_", "ag_", "f_", "tb_", "co_")
+"""Prefixes of the attributes of frames (``f_globals``, ``f_back``, ``f_builtins``), tracebacks
+(``tb_frame``), code objects (``co_code``) and of the generators, coroutines and async generators that
+hold them (``gi_frame``, ``cr_frame``, ``ag_frame``): from any of them a test reaches the program's
+globals, the real builtins or the process's own frames."""
 _TARGETS = (ast.Name, ast.Tuple, ast.List, ast.Starred)
 
 
@@ -78,6 +85,8 @@ def _node_refusal(node: ast.AST) -> str:
             return f"test uses the special name {name}"
         if isinstance(node, ast.Attribute) and name.startswith("_"):
             return f"test reads the attribute .{name}"
+        if isinstance(node, ast.Attribute) and name.startswith(INTERNALS):
+            return f"test reaches interpreter internals (.{name})"
         if name in INTROSPECTION:
             return f"test uses introspection ({name})"
         if name in STATE:

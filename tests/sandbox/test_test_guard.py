@@ -59,6 +59,30 @@ def test_tests_that_inspect_or_patch_are_refused(call: str, reason: str) -> None
     assert refusal(call, "f") == reason
 
 
+@pytest.mark.parametrize(
+    ("call", "reason"),
+    [
+        ("f(len((0 for _ in []).gi_frame.f_globals))", "test reaches interpreter internals (.f_globals)"),
+        ("f((0 for _ in []).gi_frame.f_builtins['getattr'](f, 'x'))", "test uses f other than by calling it"),
+        ("f(len((0 for _ in []).gi_frame))", "test reaches interpreter internals (.gi_frame)"),
+        (
+            "f(str((x for x in [1]).gi_frame.f_back.f_locals))",
+            "test reaches interpreter internals (.f_locals)",
+        ),
+        ("f((x for x in [1]).gi_code)", "test reaches interpreter internals (.gi_code)"),
+        ("f(len(g().cr_frame))", "test reaches interpreter internals (.cr_frame)"),
+        ("f(a().ag_frame)", "test reaches interpreter internals (.ag_frame)"),
+        ("f(frame.f_back)", "test reaches interpreter internals (.f_back)"),
+        ("f(tb.tb_frame)", "test reaches interpreter internals (.tb_frame)"),
+        ("f(tb.tb_next)", "test reaches interpreter internals (.tb_next)"),
+        ("f(len((lambda: 0).co_code))", "test reaches interpreter internals (.co_code)"),
+        ("f(e.__traceback__)", "test reads the attribute .__traceback__"),
+    ],
+)
+def test_tests_that_reach_frames_or_code_are_refused(call: str, reason: str) -> None:
+    assert refusal(call, "f") == reason
+
+
 def test_refused_tests_are_not_run_and_their_oracle_is_invalid_with_the_reason() -> None:
     job = GridJob(
         "p",
