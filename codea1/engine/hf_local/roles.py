@@ -137,9 +137,8 @@ def build_roles(
     return LocalRoles(coder[0], coder[1], tester[0], tester[1], tok)
 
 
-def load_trainable(engine_cfg: EngineConfig, spec: str) -> tuple[Any, Any]:
-    """The model (gradient checkpointing as configured) and tokenizer of ``spec``; first, what the
-    process does with the host memory it frees: kept for reuse when it trains on the CPU
+def set_host_heap(engine_cfg: EngineConfig) -> None:
+    """What the process does with the host memory it frees: kept for reuse when it trains on the CPU
     (``engine.cpu_heap: keep``), or large blocks mapped on their own when
     ``engine.cpu_mmap_threshold`` asks for it."""
     if engine_cfg.cpu_heap == "keep":
@@ -147,6 +146,12 @@ def load_trainable(engine_cfg: EngineConfig, spec: str) -> tuple[Any, Any]:
             keep_freed_memory()
     elif engine_cfg.cpu_mmap_threshold:
         map_large_blocks(engine_cfg.cpu_mmap_threshold)
+
+
+def load_trainable(engine_cfg: EngineConfig, spec: str) -> tuple[Any, Any]:
+    """The model (gradient checkpointing as configured) and tokenizer of ``spec``; first
+    :func:`set_host_heap`."""
+    set_host_heap(engine_cfg)
     model, tok = load_model_and_tokenizer(spec, engine_cfg.dtype, engine_cfg.device, engine_cfg.cache_dir)
     if engine_cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

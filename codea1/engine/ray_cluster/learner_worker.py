@@ -2,8 +2,11 @@
 
 The driver creates ``cluster.learner_workers`` of these per trained role, asks rank 0 for an
 address, then starts ``torch.distributed`` on all of them (gloo on CPU, NCCL on CUDA). Each rank
-builds the role's model and frozen reference exactly as the local backend does (same files, same
-seed for LoRA initialisation), shards both with FSDP2, and wraps them in the same
+builds the role's model and frozen reference from the same files and seed for LoRA initialisation
+as the local backend, without holding them whole: the structure on the meta device, sharded with
+FSDP2, its own shards allocated, their values broadcast from rank 0, the one rank that reads the
+checkpoint into host memory (``hf_local.sharded_load``: one copy per group at start, not one per
+rank). It wraps them in the same
 :class:`~codea1.engine.hf_local.HFLearner`; the loss normaliser and the micro-batch count are
 agreed over the group, so an update equals the one-process update on the whole batch. When the
 run's dtype is bf16, the ranks keep fp32 master weights and AdamW state and compute in bf16 (FSDP2
@@ -39,7 +42,8 @@ from codea1.config import RunConfig
 from codea1.engine.base import LossFn, TrainBatch
 from codea1.engine.hf_local import HFLearner
 from codea1.engine.hf_local.fsdp import shard
-from codea1.engine.hf_local.roles import load_trainable, with_adapters
+from codea1.engine.hf_local.roles import set_host_heap, with_adapters
+from codea1.engine.hf_local.sharded_load import empty_model, full_weights, materialize, receive_weights
 from codea1.engine.hf_local.sharded_state import full_tensors
 from codea1.engine.hf_local.weights import AdapterWeights, FullWeights
 from codea1.engine.loading import pick_device, pick_dtype
@@ -82,19 +86,35 @@ class LearnerWorker:
         self.rollout_dtype = compute if self.cfg.engine.mode == "separate" else None
         # this rank's engine settings: its device, and the weights loaded in fp32 (the masters)
         engine = dataclasses.replace(self.cfg.engine, device=device, dtype="float32")
-        model, tokenizer = load_trainable(engine, engine.role_model(self.role))
+        spec = engine.role_model(self.role)
+        # the structure on the meta device; rank 0 alone reads the weights, into host memory (one copy
+        # per group, not one per rank), and each rank receives its shards' part (sharded_load)
+        set_host_heap(engine)
+        model, tokenizer = empty_model(engine, spec)
+        source = full_weights(engine, spec) if self.rank == 0 else None
         keep_reference = self.cfg.loss.keeps_reference
+        where = torch.device(device, 0) if cuda else torch.device("cpu")
         if engine.mode == "separate":
-            # the frozen reference is copied straight into the compute dtype (no second fp32 copy)
+            # the frozen reference is made straight in the compute dtype (no second fp32 copy)
             weights: Any = FullWeights(model, keep_reference, reference_dtype=compute if mixed else None)
             shard(weights.model, compute if mixed else None)
+            materialize(weights.model, where)
+            receive_weights(weights.model, source)
             if weights.reference is not None:  # in host memory on CUDA, a layer at a time on the GPU
                 shard(weights.reference, offload=cuda)
+                materialize(weights.reference, where, offload=cuda)
+                receive_weights(weights.reference, source)
         else:
             names = ["coder"] if self.shared else ["coder", "tester"]
-            weights = AdapterWeights(with_adapters(model, engine, names, seed=self.cfg.train.seed), self.role)
+            seed = self.cfg.train.seed
+            weights = AdapterWeights(with_adapters(model, engine, names, seed=seed), self.role)
             weights.train_model()  # settles which adapter is trainable before sharding
             shard(weights.peft_model, compute if mixed else None)
+            materialize(weights.peft_model, where)
+            if source is not None:  # the same adapters, drawn from the same seed
+                source = with_adapters(source, engine, names, seed=seed)
+            receive_weights(weights.peft_model, source)
+        del source
         sampling = getattr(self.cfg, self.role).sampling
         self.learner = HFLearner.from_config(
             weights, optim, total_steps, engine, self.cfg.loss,
