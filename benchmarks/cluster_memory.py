@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 from codea1.config import ConfigError, RunConfig, load_config, preset_names
 from codea1.engine.build import shares_one_model
+from codea1.engine.host_plan import ray_node_host_plan
 from codea1.engine.memory import (
     GIB,
     LEARNER_OVERHEAD_GIB,
@@ -60,6 +61,13 @@ PRESETS = ("paper-1.5b-ray", "paper-3b-ray", "paper-7b-ray")
 CHECK_GPUS = (("80 GB (79 GiB)", 79.0), ("141 GB (139 GiB)", 139.0))
 """The GPUs ``--check`` plans for: name and the GiB torch reports of it, rounded down (an A100 or
 H100 80 GB reports about 79.2, an H200 141 GB about 139.8)."""
+NODE_HOST_GIB = 1024.0
+"""Host memory of the node the ``-ray`` presets are planned on (:data:`REFERENCE_NODE`), an
+assumption: the reference's configuration does not state it; 1 TiB is an 8 × A100 80 GB DGX's
+smaller option (a DGX H100 has 2 TB). ``--host-gib`` plans another."""
+HOST_HEADROOM_FRACTION = 0.1
+"""The share of a node's host memory a plan leaves to the system, the page cache, Ray's object
+store and the sandbox's workers."""
 REFERENCE_NODE_NAME = "reference node: 8 × 80 GB, 4 + 4 per role, colocate"
 REFERENCE_NODE = (
     "cluster.learner_workers=4",
@@ -251,6 +259,36 @@ def check_table(
     return out, failures
 
 
+def host_table(names: list[str], overrides: list[str], host_gib: float) -> tuple[list[str], int]:
+    """Markdown rows of the host memory of a node running each ``-ray`` preset on the reference
+    node's layout (``codea1.engine.host_plan.ray_node_host_plan``), and the number of FAIL rows (the
+    local presets, one GPU and no Ray node, have none: their host memory is not planned)."""
+    out = [
+        f"| preset | node | runtime | references | offloaded states | sleep backups | start (one read copy) "
+        f"| steady | checkpoint save | **peak** | start before sharded_load (a read copy per rank) "
+        f"| fits {host_gib:g} GiB less {HOST_HEADROOM_FRACTION:.0%} |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|",
+    ]
+    failures = 0
+    limit = host_gib * (1 - HOST_HEADROOM_FRACTION)
+    for name in names:
+        if load_config(name, overrides).engine.backend != "ray":
+            continue
+        cfg = load_config(name, [*overrides, *REFERENCE_NODE])
+        shared = shares_one_model(cfg.train)
+        h = ray_node_host_plan(cfg, {r: model_of(cfg, r) for r in ("coder", "tester")}, shared=shared)
+        fits = h.peak <= limit
+        failures += not fits
+        before = h.start - h.reading + h.reading_per_rank
+        out.append(
+            f"| {name} | {REFERENCE_NODE_NAME}, {host_gib:g} GiB host | {h.runtime:.1f} | {h.references:.1f} "
+            f"| {h.offloaded:.1f} | {h.sleep_backups:.1f} | {h.start:.1f} ({h.reading:.1f}) | {h.steady:.1f} "
+            f"| +{h.saving:.1f} | **{h.peak:.1f}** | {before:.1f} ({h.reading_per_rank:.1f}) "
+            f"| {'PASS' if fits else f'FAIL: over {limit:.0f} GiB'} |"
+        )
+    return out, failures
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the learner and replica tables for the given presets, or with ``--check`` the plan of
     every GPU with a verdict (exit status 1 when a row fails)."""
@@ -262,6 +300,10 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     ap.add_argument("--check", action="store_true", help="replay vLLM's start-up rule on every GPU's plan")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override (--check)")
+    ap.add_argument(
+        "--host-gib", type=float, default=NODE_HOST_GIB,
+        help=f"the node's host memory in GiB (--check; default {NODE_HOST_GIB:g})",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     try:
         return report(args)
@@ -274,10 +316,20 @@ def report(args: argparse.Namespace) -> int:
     if args.check:
         names = args.preset or [n for n in preset_names() if n.startswith("paper-")]
         gpus = [(f"{g:g} GiB", g) for g in args.gpu_gib] if args.gpu_gib else list(CHECK_GPUS)
+        if args.host_gib <= 0:
+            raise SystemExit(f"cluster_memory: --host-gib must be positive, got {args.host_gib:g}")
         rows, failures = check_table(names, gpus, args.set)
+        host, host_failures = host_table(names, args.set, args.host_gib)
         print("Plan of every GPU (GiB); full-length sequences: of the longest prompt + completion.\n")
         print("\n".join(rows))
-        print(f"\n{len(rows) - 2} rows, {failures} FAIL")
+        print(f"\nHost memory of the node (GiB), beside its GPUs above: {REFERENCE_NODE_NAME}, "
+              f"{args.host_gib:g} GiB of host memory (assumed).\n")  # fmt: skip
+        print("\n".join(host))
+        local = [n for n in names if load_config(n, args.set).engine.backend != "ray"]
+        if local:
+            print(f"\nNot planned (one GPU, no Ray node): {', '.join(local)}.")
+        failures += host_failures
+        print(f"\n{len(rows) - 2} GPU rows, {len(host) - 2} host rows, {failures} FAIL")
         return 1 if failures else 0
     names = args.preset or list(PRESETS)
     gpu = (args.gpu_gib or [80.0])[0]

@@ -1,4 +1,6 @@
-"""The host memory a local CPU run is expected to peak at, part by part, before its first step.
+"""The host memory a local CPU run is expected to peak at, part by part, before its first step; and
+that of a node running a ``-ray`` preset on GPUs (:func:`ray_node_host_plan`, printed by
+``benchmarks/cluster_memory.py --check``).
 
 Pure arithmetic on a :class:`~codea1.config.RunConfig` and a :class:`~codea1.engine.memory.ModelShape`,
 like the GPU plans of ``engine.memory``; ``codea1 train`` prints :func:`host_plan`'s total and parts
@@ -35,11 +37,19 @@ Imports: config, engine.memory, engine.host_memory.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from codea1.config import RunConfig
 from codea1.engine.host_memory import tcmalloc_loaded
-from codea1.engine.memory import GIB, ModelShape, activation_bytes, default_kv_bytes, worst_micro_batch
+from codea1.engine.memory import (
+    GIB,
+    ModelShape,
+    activation_bytes,
+    default_kv_bytes,
+    dtype_bytes,
+    worst_micro_batch,
+)
 
 RUNTIME_GIB = 0.7
 """Python, torch, transformers, tokenizers and codea1 in the training process, before any model."""
@@ -134,3 +144,99 @@ def _update_bytes(cfg: RunConfig, role: str, model: ModelShape, w: int) -> int:
     """Activations of one micro-batch of ``role`` at full length (checkpointed layers)."""
     tokens, response = worst_micro_batch(cfg, role)
     return activation_bytes(model, tokens, response, cfg.engine.logprob_chunk, w)
+
+
+# --------------------------------------------------------------------------------------------------
+# The host memory of a Ray node (the ``-ray`` presets on GPUs)
+# --------------------------------------------------------------------------------------------------
+
+LEARNER_PROCESS_GIB = 2.0
+"""Host memory of one learner rank's process besides its model state (Python, torch, transformers,
+the CUDA and NCCL libraries and host buffers): an allowance, not measured (no GPU run yet)."""
+REPLICA_PROCESS_GIB = 4.0
+"""Host memory of one rollout replica (its Ray actor and vLLM's engine process: two CUDA
+runtimes, vLLM's libraries, the tokenizer, the scheduler): an allowance, not measured."""
+
+
+@dataclass(frozen=True)
+class NodeHostPlan:
+    """GiB of host memory of one node running every rank and replica of a ``-ray`` preset on CUDA
+    (:func:`ray_node_host_plan`), each term over the whole node."""
+
+    runtime: float
+    """The processes' own memory: :data:`LEARNER_PROCESS_GIB` per rank, :data:`REPLICA_PROCESS_GIB`
+    per replica."""
+    reading: float
+    """One whole model in fp32, read by a group's rank 0 while the group starts
+    (``hf_local.sharded_load``; the groups start one after another)."""
+    reading_per_rank: float
+    """The same with every rank of a group reading it at once, as the ranks did before
+    ``sharded_load`` (for comparison; not part of any phase)."""
+    references: float
+    """The frozen references' shards, in the weights' dtype, pinned by FSDP2's ``CPUOffloadPolicy``."""
+    offloaded: float
+    """``colocate``: each trained role's fp32 weights and AdamW's two moments (``adapters``: the
+    adapters' and the fp32 base), moved to host memory while the replicas sample
+    (``HFLearner.offload``; gradients are freed after each update)."""
+    sleep_backups: float
+    """Weights vLLM backs up in pinned host memory while a replica sleeps: sleep level 1 (``adapters``
+    mode, whose syncs write only the adapted projections); none at level 2 (``separate`` mode,
+    whose every sync writes all weights)."""
+    groups: int
+    """Learner groups (trained roles), started one after another."""
+    saving: float
+    """A checkpoint: one role's whole fp32 weights gathered on its rank 0's host (roles save one
+    after another)."""
+
+    @property
+    def start(self) -> float:
+        """While the last group starts: every reference (counted whole), the earlier groups' fp32
+        weights offloaded (a third of their training state: no AdamW moments before the first step),
+        and the one copy the starting group's rank 0 reads."""
+        earlier = (self.groups - 1) / self.groups
+        return self.runtime + self.references + self.offloaded / 3 * earlier + self.reading
+
+    @property
+    def steady(self) -> float:
+        """While the replicas sample: references, offloaded training state, sleep backups."""
+        return self.runtime + self.references + self.offloaded + self.sleep_backups
+
+    @property
+    def peak(self) -> float:
+        """The larger of the start and a step that saves a checkpoint."""
+        return max(self.start, self.steady + self.saving)
+
+
+def ray_node_host_plan(cfg: RunConfig, models: Mapping[str, ModelShape], *, shared: bool) -> NodeHostPlan:
+    """The host memory of one node holding all of a Ray run of ``cfg`` on CUDA: its
+    ``cluster.learner_workers`` ranks per trained role and ``cluster.rollout_replicas`` replicas per
+    group (one group when ``shared`` or in ``adapters`` mode), ``models`` by role. The weights'
+    dtype is :func:`~codea1.engine.memory.dtype_bytes` (bf16 on CUDA); masters and AdamW are fp32."""
+    w = dtype_bytes(cfg.engine)
+    c = cfg.cluster
+    adapters = cfg.engine.mode == "adapters"
+    trained = ["coder"] if shared else ["coder", "tester"]
+    groups = 1 if shared or adapters else 2
+    colocate = c.placement == "colocate"
+    references = offloaded = 0.0
+    for role in trained:
+        p = models[role].params
+        if cfg.loss.keeps_reference and not adapters:
+            references += w * p
+        if colocate:
+            lora = models[role].lora_params(cfg.engine.lora_targets, cfg.engine.lora_r)
+            offloaded += 4 * p + 12 * lora if adapters else 12 * p  # adapters: the fp32 base, once
+    largest = max(models[r].params for r in trained)
+    served = models["coder"].params
+    backups = groups * c.rollout_replicas * w * served if colocate and adapters else 0.0
+    return NodeHostPlan(
+        runtime=len(trained) * c.learner_workers * LEARNER_PROCESS_GIB
+        + groups * c.rollout_replicas * REPLICA_PROCESS_GIB,
+        reading=4 * largest / GIB,
+        reading_per_rank=c.learner_workers * 4 * largest / GIB,
+        references=references / GIB,
+        offloaded=offloaded / GIB,
+        sleep_backups=backups / GIB,
+        groups=len(trained),
+        saving=4 * largest / GIB,
+    )

@@ -79,3 +79,33 @@ def test_a_shipped_layout_with_no_plan_fails_and_another_layout_only_does_not_fi
     ]
     assert cm.main(too_small) == 1
     assert "| ray split | 20 GiB | coder replica | 0.5 | – | – |" in capsys.readouterr().out
+
+
+def test_the_check_plans_each_ray_presets_host_memory_on_the_stated_node(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert cm.main(["--check"]) == 0
+    out = capsys.readouterr().out
+    assert "1024 GiB of host memory (assumed)" in out and "3 host rows, 0 FAIL" in out
+    host = {
+        row.split(" | ")[0].strip("| "): row.split(" | ")
+        for row in out.splitlines()
+        if row.startswith("| paper-") and "GiB host |" in row
+    }
+    assert sorted(host) == sorted(n for n in preset_names() if n.startswith("paper-") and n.endswith("-ray"))
+    seven = host["paper-7b-ray"]
+    p = cm.MODELS["Qwen/Qwen2.5-Coder-7B-Instruct"].params
+    # both roles' fp32 weights and AdamW moments offloaded; one fp32 copy read at start, not one per rank
+    assert float(seven[4]) == pytest.approx(2 * 12 * p / 2**30, abs=0.05)
+    start, read = seven[6].split()
+    assert float(read.strip("()")) == pytest.approx(4 * p / 2**30, abs=0.05)
+    before = float(seven[10].split()[0])
+    assert float(start) < before - 2.9 * 4 * p / 2**30  # the 3 other ranks of a group read no copy
+    assert seven[-1].strip(" |") == "PASS" and float(seven[9].strip("*")) < 0.9 * 1024
+
+
+def test_a_node_with_too_little_host_memory_fails_the_check(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cm.main(["--check", "--preset", "paper-7b-ray", "--host-gib", "256"]) == 1
+    out = capsys.readouterr().out
+    row = next(r for r in out.splitlines() if r.startswith("| paper-7b-ray") and "256 GiB host" in r)
+    assert row.endswith("| FAIL: over 230 GiB |") and "1 FAIL" in out

@@ -124,3 +124,26 @@ def test_a_process_on_tcmalloc_plans_no_kept_heap(monkeypatch: pytest.MonkeyPatc
     assert host_plan(cfg, SMOLLM2_135M, weight_bytes=2, rollout="vllm").kept > 0  # the fallback keeps
     monkeypatch.setattr(plans, "tcmalloc_loaded", lambda: True)
     assert host_plan(cfg, SMOLLM2_135M, weight_bytes=2, rollout="vllm").kept == 0
+
+
+def test_a_ray_node_reads_one_copy_per_group_at_start_and_offloads_fp32_state() -> None:
+    from codea1.engine.host_plan import LEARNER_PROCESS_GIB, REPLICA_PROCESS_GIB, ray_node_host_plan
+
+    seven_b = ModelShape("7b", layers=28, hidden=3584, intermediate=18944, heads=28, kv_heads=4,
+                         vocab=152064, tied=False)  # fmt: skip
+    cfg = load_config("paper-7b-ray")
+    p = seven_b.params
+    h = ray_node_host_plan(cfg, {"coder": seven_b, "tester": seven_b}, shared=False)
+    assert h.reading == pytest.approx(4 * p / GIB) and h.reading_per_rank == pytest.approx(4 * 4 * p / GIB)
+    assert h.offloaded == pytest.approx(2 * 12 * p / GIB) and h.references == pytest.approx(2 * 2 * p / GIB)
+    assert h.sleep_backups == 0.0  # separate mode: every sync writes all weights, sleep level 2
+    assert h.runtime == 8 * LEARNER_PROCESS_GIB + 8 * REPLICA_PROCESS_GIB
+    # the tester group starts while the coder's fp32 weights are offloaded (no AdamW state yet)
+    assert h.start == pytest.approx(h.runtime + h.references + 4 * p / GIB + h.reading)
+    assert h.peak == pytest.approx(h.steady + 4 * p / GIB)  # a checkpoint gathers one fp32 model
+    split = ray_node_host_plan(load_config("paper-7b-ray", ["cluster.placement=split"]),
+                               {"coder": seven_b, "tester": seven_b}, shared=False)  # fmt: skip
+    assert split.offloaded == 0.0  # nothing leaves a GPU of its own
+    lora = ray_node_host_plan(load_config("paper-7b-ray", ["engine.mode=adapters"]),
+                              {"coder": seven_b, "tester": seven_b}, shared=False)  # fmt: skip
+    assert lora.sleep_backups == pytest.approx(4 * 2 * p / GIB) and lora.references == 0.0
