@@ -31,6 +31,8 @@ from codea1.core.reward_terms import TERMS, GoldenPasses, MutantKills, reward_op
 from codea1.core.rewards import CodeOutcome, CodeRewards, SuiteOutcome, rewards
 from codea1.data.parsing import extract_code, extract_tests
 from codea1.replay.mistake_book import MistakeHit, MistakeUpdate
+from codea1.sandbox.grid import refused_by_scope
+from codea1.sandbox.test_names import question_names
 from codea1.training_mutants import LiveMutants, MutantPool
 from codea1.types import CodeExtraction, ExecGrid, GridJob, Problem, TestCase, TestExtraction, Verdict
 
@@ -190,7 +192,7 @@ def _prepare(item: ScoringItem, history: Sequence[TestCase]) -> _Prepared:
     prep.history_columns = tuple(prep.add_test(t) for t in history)
     programs = tuple(_program(p, codes[c].code or "") for c in run_index)
     if programs:
-        prep.job = GridJob(p.id, p.reference, p.entry_point, programs, tuple(prep.tests))
+        prep.job = GridJob(p.id, p.reference, p.entry_point, programs, tuple(prep.tests), question_names(p))
     return prep
 
 
@@ -309,7 +311,8 @@ def _outcomes(
 
 
 def _mistake_update(prep: _Prepared, grid: ExecGrid | None, outcomes: list[CodeOutcome]) -> MistakeUpdate:
-    """Generated tests failed by valid codes (own suites), history tests passed by valid codes; with counts."""
+    """Generated tests failed by valid codes (own suites), history tests passed by valid codes; with
+    counts; and history tests the grid refused as not judging behaviour (removed from the book)."""
     pid = prep.item.problem.id
     if grid is None:
         return MistakeUpdate(pid)
@@ -335,6 +338,7 @@ def _mistake_update(prep: _Prepared, grid: ExecGrid | None, outcomes: list[CodeO
         pid,
         failed=tuple(MistakeHit(t, n, grid.oracle[prep.column[t]].status) for t, n in failed.items()),
         passed=tuple(MistakeHit(t, n, grid.oracle[prep.column[t]].status) for t, n in passed.items()),
+        rejected=tuple(prep.tests[col] for col in prep.history_columns if refused_by_scope(grid.oracle[col])),
     )
 
 

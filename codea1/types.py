@@ -173,6 +173,8 @@ class GridJob:
     """One problem's execution request: every code against every test.
 
     ``codes`` are complete candidate programs (problem imports already prepended by the caller).
+    ``question_names``: the names the question itself provides (``codea1.sandbox.test_names``); a
+    test that uses a name only the reference defines is then ``invalid``. None: not checked.
     """
 
     id: str
@@ -180,6 +182,7 @@ class GridJob:
     entry_point: str
     codes: tuple[str, ...]
     tests: tuple[TestCase, ...]
+    question_names: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)

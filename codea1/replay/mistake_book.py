@@ -3,7 +3,9 @@ on later steps.
 
 Semantics follow the reference: a failure by a valid code adds 1 to the test's frequency (new
 entries start there), a pass of a replayed test by a valid code subtracts 1, an entry is removed at
-frequency ≤ 0, and each step applies all decrements before all increments. Retrieval returns the
+frequency ≤ 0, and each step applies all decrements before all increments. A replayed test is run
+through the grid again, so the test-scope rules of the day judge it (docs/sandbox.md, "Tests judge
+behaviour only"): one they refuse (``MistakeUpdate.rejected``) is removed from the book at once. Retrieval returns the
 ``top_k`` entries of a problem by frequency (ties: the entry inserted first), the same list for every
 code of the problem.
 
@@ -237,11 +239,13 @@ class MistakeHit:
 
 @dataclass(frozen=True)
 class MistakeUpdate:
-    """One problem's contribution to a step: generated tests failed, replayed tests passed."""
+    """One problem's contribution to a step: generated tests failed, replayed tests passed, and
+    replayed tests that the grid now refuses as not judging behaviour (``rejected``: removed)."""
 
     problem_id: str
     failed: tuple[MistakeHit, ...] = ()
     passed: tuple[MistakeHit, ...] = ()
+    rejected: tuple[TestCase, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-JSON form."""
@@ -253,6 +257,7 @@ class MistakeUpdate:
             "passed": [
                 {**h.test.to_dict(), "count": h.count, "oracle": h.oracle_status} for h in self.passed
             ],
+            **({"rejected": [t.to_dict() for t in self.rejected]} if self.rejected else {}),
         }
 
 
@@ -292,6 +297,8 @@ class StepReport:
     evicted: int = 0
     skipped: int = 0
     """Hits not stored: oracle not usable, or a part that is not a Python expression."""
+    rejected: int = 0
+    """Stored tests removed because, replayed, the grid refused them as not judging behaviour."""
 
     def to_dict(self) -> dict[str, int]:
         """Metric form."""
@@ -491,7 +498,9 @@ class MistakeBook:
         last = self.last_step
         if last is not None and step <= last:
             raise ValueError(f"Mistake Book already holds step {last}; cannot apply step {step}")
-        totals = dict.fromkeys(("added", "incremented", "decremented", "removed", "evicted", "skipped"), 0)
+        totals = dict.fromkeys(
+            ("added", "incremented", "decremented", "removed", "evicted", "skipped", "rejected"), 0
+        )
         conn = self._conn
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -517,9 +526,18 @@ class MistakeBook:
         return seq
 
     def _apply_problem(self, conn: sqlite3.Connection, step: int, update: MistakeUpdate) -> dict[str, int]:
-        """Decrements, then increments, then eviction, for one problem (inside the step's transaction)."""
-        out = dict.fromkeys(("added", "incremented", "decremented", "removed", "evicted", "skipped"), 0)
+        """Rejections, decrements, then increments, then eviction, for one problem (inside the step's
+        transaction)."""
+        out = dict.fromkeys(
+            ("added", "incremented", "decremented", "removed", "evicted", "skipped", "rejected"), 0
+        )
         pid = update.problem_id
+        for test in update.rejected:
+            call = normalize_expression(test.call)
+            if call is not None:
+                out["rejected"] += conn.execute(
+                    "DELETE FROM entries WHERE problem_id = ? AND call = ?", (pid, call)
+                ).rowcount
         for hit in update.passed:
             call = normalize_expression(hit.test.call)
             if call is None or hit.count <= 0:

@@ -19,8 +19,10 @@ from typing import Any
 
 from codea1.config import SandboxConfig
 from codea1.sandbox.equality import contains_opaque, values_equal
+from codea1.sandbox.reference_variant import calls_on_literals, variant
 from codea1.sandbox.tasks import ExprOutcome, ProgramOutcome, ProgramTask
 from codea1.sandbox.test_guard import refusal
+from codea1.sandbox.test_names import foreign_name, reference_only
 from codea1.types import ExecGrid, GridJob, OracleVerdict, Verdict
 
 CHUNK = 64
@@ -28,7 +30,13 @@ CHUNK = 64
 NO_STATE = "value has no inspectable state"
 """Reason given when a value is (or holds) an ``Opaque``: an uncomparable oracle, a failed prediction
 or a failed candidate value."""
+VARIANT_DIFFERS = (
+    "test outcome differs on a behaviour-preserving variant of the reference "
+    "(it depends on the program's text, bytecode or memory addresses)"
+)
+"""Reason of a test whose call gave another outcome on the reference's variant."""
 _Key = tuple[str, str]  # (program source, entry point)
+_GuardKey = tuple[str, str, "frozenset[str] | None", str]  # (reference, entry point, question names, call)
 
 
 @dataclass
@@ -38,9 +46,12 @@ class TaskPlan:
     tasks: list[ProgramTask] = field(default_factory=list)
     locate: dict[tuple[_Key, str], tuple[int, int]] = field(default_factory=dict)
     first_task: dict[_Key, int] = field(default_factory=dict)
-    refused: dict[tuple[str, str], str] = field(default_factory=dict)
-    """(entry point, call) → why the test does not judge behaviour only (:mod:`codea1.sandbox.test_guard`);
-    such tests are not run."""
+    refused: dict[_GuardKey, str] = field(default_factory=dict)
+    """(reference, entry point, question names, call) → why the test does not judge behaviour only
+    (:mod:`codea1.sandbox.test_guard`, :mod:`codea1.sandbox.test_names`); such tests are not run."""
+    variants: dict[_Key, _Key] = field(default_factory=dict)
+    """Reference → its behaviour-preserving variant (:mod:`codea1.sandbox.reference_variant`), run
+    in a shifted heap with the calls that do more than call the entry point on literals."""
 
 
 @dataclass(frozen=True)
@@ -51,7 +62,9 @@ class OracleResult:
     values: list[tuple[ExprOutcome | None, ...]]
 
 
-def _plan(programs: dict[_Key, list[str]], cfg: SandboxConfig) -> TaskPlan:
+def _plan(
+    programs: dict[_Key, list[str]], cfg: SandboxConfig, shifted: frozenset[_Key] = frozenset()
+) -> TaskPlan:
     plan = TaskPlan()
     for key, exprs in programs.items():
         chunks = [exprs[i : i + CHUNK] for i in range(0, len(exprs), CHUNK)] or [[]]
@@ -59,7 +72,7 @@ def _plan(programs: dict[_Key, list[str]], cfg: SandboxConfig) -> TaskPlan:
         for chunk in chunks:
             for j, expr in enumerate(chunk):
                 plan.locate[(key, expr)] = (len(plan.tasks), j)
-            plan.tasks.append(ProgramTask.make(key[0], key[1], tuple(chunk), cfg))
+            plan.tasks.append(ProgramTask.make(key[0], key[1], tuple(chunk), cfg, shift_heap=key in shifted))
     return plan
 
 
@@ -70,25 +83,55 @@ def _add(programs: dict[_Key, list[str]], seen: set[tuple[_Key, str]], key: _Key
         programs[key].append(expr)
 
 
+def refused_by_scope(verdict: OracleVerdict) -> bool:
+    """True when the oracle is ``invalid`` because of the test itself under the test-scope rules
+    (refused before running, a state change, another outcome on the variant: every such reason
+    starts with "test "), not because of a budget or a reference that did not load."""
+    return verdict.status == "invalid" and verdict.reason.startswith("test ")
+
+
+def guard_key(job: GridJob, call: str) -> _GuardKey:
+    """What decides whether the planner refuses ``call`` in ``job``."""
+    return (job.reference, job.entry_point, job.question_names, call)
+
+
 def plan_oracle(jobs: Sequence[GridJob], cfg: SandboxConfig) -> TaskPlan:
     """One task (or chunk) per distinct reference, with the distinct calls and predictions of its
-    tests; a test whose call does not judge behaviour only is refused, not run."""
+    tests; a test whose call does not judge behaviour only, or uses a name only the reference
+    defines, is refused, not run. Each call that does more than call the entry point on literals
+    also runs on the reference's behaviour-preserving variant, in a shifted heap."""
     programs: dict[_Key, list[str]] = {}
     seen: set[tuple[_Key, str]] = set()
-    refused: dict[tuple[str, str], str] = {}
+    refused: dict[_GuardKey, str] = {}
+    own: dict[tuple[str, str, frozenset[str]], frozenset[str]] = {}
+    variants: dict[_Key, _Key | None] = {}
     for job in jobs:
         key = (job.reference, job.entry_point)
         programs.setdefault(key, [])
+        if key not in variants:
+            text = variant(job.reference)
+            variants[key] = (text, job.entry_point) if text is not None else None
         for test in job.tests:
-            guard_key = (job.entry_point, test.call)
-            if guard_key not in refused:
-                refused[guard_key] = refusal(test.call, job.entry_point)
-            if refused[guard_key]:
+            gk = guard_key(job, test.call)
+            if gk not in refused:
+                why = refusal(test.call, job.entry_point)
+                if not why and job.question_names is not None:
+                    names_key = (job.reference, job.entry_point, job.question_names)
+                    if names_key not in own:
+                        own[names_key] = reference_only(job.reference, job.entry_point, job.question_names)
+                    why = foreign_name(test.call, own[names_key])
+                refused[gk] = why
+            if refused[gk]:
                 continue
             _add(programs, seen, key, test.call)
             _add(programs, seen, key, test.predicted)
-    plan = _plan(programs, cfg)
+            vkey = variants[key]
+            if vkey is not None and not calls_on_literals(test.call, job.entry_point):
+                _add(programs, seen, vkey, test.call)
+    shifted = frozenset(v for v in variants.values() if v is not None)
+    plan = _plan(programs, cfg, shifted)
     plan.refused = {k: v for k, v in refused.items() if v}
+    plan.variants = {k: v for k, v in variants.items() if v is not None and v in programs}
     return plan
 
 
@@ -99,6 +142,14 @@ def _lookup(plan: TaskPlan, outcomes: Sequence[ProgramOutcome], key: _Key, expr:
     if out.load_status != "pass":
         return f"{out.load_status}: {out.load_reason}" if out.load_reason else out.load_status
     return out.exprs[j]
+
+
+def _same_on_variant(call: ExprOutcome, other: ExprOutcome | str | None, rel: float, abs_: float) -> bool:
+    """The call's outcome on the variant (None: not run there; a str: the variant did not load, so
+    nothing is known) is the same value as on the reference."""
+    if other is None or isinstance(other, str):
+        return True
+    return other.kind == "value" and values_equal(call.value, other.value, rel, abs_)
 
 
 def _judge_oracle(call: ExprOutcome, pred: ExprOutcome | str, rel: float, abs_: float) -> OracleVerdict:
@@ -135,8 +186,9 @@ def oracle_verdicts(
         key = (job.reference, job.entry_point)
         row_v: list[OracleVerdict] = []
         row_x: list[ExprOutcome | None] = []
+        vkey = plan.variants.get(key)
         for test in job.tests:
-            why = plan.refused.get((job.entry_point, test.call))
+            why = plan.refused.get(guard_key(job, test.call))
             if why:
                 row_v.append(OracleVerdict("invalid", why))
                 row_x.append(None)
@@ -147,6 +199,9 @@ def oracle_verdicts(
                 row_x.append(None)
                 continue
             verdict = _judge_oracle(call, _lookup(plan, outcomes, key, test.predicted), rel_tol, abs_tol)
+            if verdict.usable and vkey is not None and (vkey, test.call) in plan.locate:
+                if not _same_on_variant(call, _lookup(plan, outcomes, vkey, test.call), rel_tol, abs_tol):
+                    verdict = OracleVerdict("invalid", VARIANT_DIFFERS)
             row_v.append(verdict)
             row_x.append(call if verdict.usable else None)
         verdicts.append(tuple(row_v))

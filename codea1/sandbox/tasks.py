@@ -78,6 +78,10 @@ class ProgramTask:
     wall_factor: float = 3.0
     memory_mb: int = 2048
     max_output_bytes: int = 65536
+    shift_heap: bool = False
+    """Evaluate each expression after taking memory of every small-object size, so that the objects
+    it makes get other addresses than in a plain run (the oracle's second run on the reference's
+    variant: :mod:`codea1.sandbox.reference_variant`)."""
 
     def __post_init__(self) -> None:
         problems = budget_problems(
@@ -105,7 +109,7 @@ class ProgramTask:
             "harness": self.harness, "planned": list(self.planned), "load_cpu_s": self.load_cpu_s,
             "test_cpu_s": self.test_cpu_s,
             "wall_factor": self.wall_factor, "memory_mb": self.memory_mb,
-            "max_output_bytes": self.max_output_bytes,
+            "max_output_bytes": self.max_output_bytes, "shift_heap": self.shift_heap,
         }  # fmt: skip
 
     def deadline_s(self) -> float:

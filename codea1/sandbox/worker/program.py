@@ -338,6 +338,7 @@ def _child_main(expr: str, task: dict[str, Any], scope: TestScope, w: int, setup
     The state is checked once more after the value is encoded: a test that changed it after its
     last call (the encoder's module, say) reports that, not its value."""
     _enter_test(task, setup)
+    ballast = shift_heap() if task.get("shift_heap") else None  # kept alive until the child exits
     me = os.getpid()
     try:
         code = compile(expr, "<test>", "eval")
@@ -352,7 +353,15 @@ def _child_main(expr: str, task: dict[str, Any], scope: TestScope, w: int, setup
     if scope.violation:  # whatever the expression or the entry point made of it, the test changed state
         payload = RESULT_RAISE + _utf8(scope.violation)
     _reply(w, payload, me)
+    del ballast
     os._exit(0)
+
+
+def shift_heap() -> list[object]:
+    """Objects that hold one block of every small-object size class (16 to 512 bytes) and a few
+    larger ones: while they live, each new object gets another address than it would have got."""
+    return [object(), int("1001"), *(bytes(n) for n in range(1, 520, 8)),
+            bytearray(4096), bytearray(1 << 18)]  # fmt: skip
 
 
 def _reply(fd: int, payload: bytes, me: int) -> None:
