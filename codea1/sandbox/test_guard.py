@@ -19,7 +19,9 @@ The rules (docs/sandbox.md, "Tests judge behaviour only"):
   ...) and no name or attribute that reaches interpreter state (``sys``, ``builtins``,
   ``inspect``, ``gc``, ``os``, ``signal``, ``str.format``'s field lookups, ...);
 * a comprehension may bind names only (not ``for m.attr in ...``), and ``type`` may not build a
-  class.
+  class;
+* ``is`` / ``is not`` only against ``None``, ``True``, ``False`` or ``...`` (object identity is
+  not behaviour).
 
 The worker's half (:mod:`codea1.sandbox.worker.test_scope`) holds whatever this one misses: each
 test runs in its own copy of the namespace, sees the entry point only through a guard, and is
@@ -97,4 +99,20 @@ def _node_refusal(node: ast.AST) -> str:
     elif isinstance(node, ast.Call):
         if isinstance(node.func, ast.Name) and node.func.id == "type" and len(node.args) > 1:
             return "test defines a class"
+    elif isinstance(node, ast.Compare) and _compares_identity(node):
+        return "test compares identities (is)"
     return ""
+
+
+def _compares_identity(node: ast.Compare) -> bool:
+    """``a is b`` / ``a is not b`` where neither side is ``None``, ``True``, ``False`` or ``...``:
+    whether two values are one object is not behaviour (a cache, an interned small int)."""
+    sides = [node.left, *node.comparators]
+    return any(
+        isinstance(op, ast.Is | ast.IsNot) and not (_singleton(sides[i]) or _singleton(sides[i + 1]))
+        for i, op in enumerate(node.ops)
+    )
+
+
+def _singleton(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and any(node.value is c for c in (None, True, False, ...))

@@ -22,7 +22,9 @@ whatever that check misses:
   oracle, ``error`` for a candidate (so a candidate can never use it to dodge a test).
 
 Each guard frame is compensated in the recursion limit, so a recursive entry point reaches the
-same depth as when the expression called it directly. The checker's helpers are bound when this
+same depth as when the expression called it directly; so is each frame the test stacked before
+the call (a lambda, a comprehension, its own recursion): the entry point always gets the room a
+call written in the expression gets. The checker's helpers are bound when this
 module is imported (default arguments), so patching builtins or this module cannot blind it.
 """
 
@@ -170,7 +172,7 @@ class TestScope:
         self.checked = self.needs_check(code)
         self.retake()
         scope = dict(self.ns)
-        scope[self.entry_point] = _guard(self, self.ns, self.entry_point, _GUARD_FRAMES)
+        scope[self.entry_point] = _guard(self, self.ns, self.entry_point, _GUARD_FRAMES, top=code)
         return scope
 
     def change(self, _settings: Callable[[], tuple[Any, ...]] = _settings, _same: Any = _same,
@@ -215,9 +217,25 @@ class TestScope:
         raise StateChanged(self.violation)
 
 
+def _test_frames(top: CodeType | None, cap: int, _getframe: Any = sys._getframe) -> int:
+    """How many frames the test stacked between its own expression (the frame running ``top``) and
+    the guard's caller: 0 for a call written in the expression, 1 from a lambda of it, and so on
+    (0 when no frame runs ``top``; at most ``cap``). The guard adds them to the recursion limit, so a
+    test that recursed first cannot leave a recursive entry point less room."""
+    if top is None:
+        return 0
+    frame, n = _getframe(2), 0
+    while frame is not None and frame.f_code is not top:
+        if n >= cap:
+            return cap
+        frame, n = frame.f_back, n + 1
+    return n if frame is not None else 0
+
+
 def _guard(
-    scope: TestScope, ns: dict[str, Any], name: str, frames: int, _sys: Any = sys
-) -> Callable[..., Any]:
+    scope: TestScope, ns: dict[str, Any], name: str, frames: int, _sys: Any = sys,
+    top: CodeType | None = None, _below: Any = _test_frames,
+) -> Callable[..., Any]:  # fmt: skip
     """The entry point as a test sees it: checks the state, then calls ``ns[name]``."""
 
     change, refuse, retake = scope.change, scope.refuse, scope.retake  # bound now: patching the class is moot
@@ -231,11 +249,12 @@ def _guard(
         except KeyError:
             raise NameError(f"name {name!r} is not defined") from None
         limit = _sys.getrecursionlimit()
-        _sys.setrecursionlimit(limit + frames)
+        raised = limit + frames + _below(top, limit)  # the depth the test's own frames took, given back
+        _sys.setrecursionlimit(raised)
         try:
             return fn(*args, **kwargs)
         finally:
-            if _sys.getrecursionlimit() == limit + frames:  # unless the entry point set its own
+            if _sys.getrecursionlimit() == raised:  # unless the entry point set its own
                 _sys.setrecursionlimit(limit)
             retake()
 
