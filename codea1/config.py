@@ -21,7 +21,13 @@ from typing import Any, Literal
 
 import yaml
 
-from codea1.limits import EVAL_SIZE_BOUNDS, SIZE_BOUNDS, completions_error, size_errors
+from codea1.limits import (
+    EVAL_SIZE_BOUNDS,
+    MAX_SANDBOX_MEMORY_MB,
+    SIZE_BOUNDS,
+    completions_error,
+    size_errors,
+)
 
 
 class ConfigError(ValueError):
@@ -388,6 +394,9 @@ class EvalConfig:
     """Mutants of the reference per problem: the wrong codes the suites must catch."""
     chunk: int = 16
     """Problems per sampling/checking round (``eval --chunk``; the seeds depend on it)."""
+    memory_mb: int = 4096
+    """Address-space limit (MiB) of each program the evaluation's sandbox runs (``eval --memory-mb``);
+    at most the hard ``ulimit -v`` of the process that trains."""
 
 
 @dataclass(frozen=True)
@@ -573,6 +582,8 @@ def check_invariants(cfg: RunConfig) -> None:
         e.n < 1 or e.tests < 1 or e.max_new_tokens < 1 or e.chunk < 1 or e.every < 0 or e.limit < 0
     ):
         errors.append("eval: n, tests, max_new_tokens and chunk must be >= 1, every and limit >= 0")
+    if e.data and not 64 <= e.memory_mb <= MAX_SANDBOX_MEMORY_MB:
+        errors.append(f"eval.memory_mb must be in [64, {MAX_SANDBOX_MEMORY_MB}] MiB, got {e.memory_mb}")
     if e.data and (e.temperature <= 0 or not 0 < e.top_p <= 1):
         errors.append(f"eval: temperature must be > 0 and top_p in (0, 1], got {e.temperature}, {e.top_p}")
     if cfg.tester.tests_per_suite < 1:
@@ -765,6 +776,8 @@ def _coerce(tp: Any, value: Any, key: str, source: str) -> Any:
         return _build(tp, value, key + ".", source, {})
     if origin is Literal:
         choices = typing.get_args(tp)
+        if value is None:  # `--set key=` or `key:` with nothing after it
+            raise ConfigError(f"{source}: {key} is empty; give one of {', '.join(map(repr, choices))}")
         if value not in choices:
             raise ConfigError(f"{source}: {key}={value!r} is not one of {', '.join(map(repr, choices))}")
         return value
@@ -793,21 +806,27 @@ def _coerce(tp: Any, value: Any, key: str, source: str) -> Any:
         if isinstance(value, str) and _YAML11_EXPONENT.fullmatch(value.strip()):
             value = float(value)  # YAML 1.1 reads 1e-4 (no dot) as a string
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{source}: {key} must be a number, got {type(value).__name__} {value!r}")
+            raise ConfigError(f"{source}: {key} must be a number, got {_got(value)}")
         return float(value)
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{source}: {key} must be an integer, got {type(value).__name__} {value!r}")
+            raise ConfigError(f"{source}: {key} must be an integer, got {_got(value)}")
         return value
     if tp is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{source}: {key} must be true or false, got {type(value).__name__} {value!r}")
+            raise ConfigError(f"{source}: {key} must be true or false, got {_got(value)}")
         return value
     if tp is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{source}: {key} must be a string, got {type(value).__name__} {value!r}")
+            raise ConfigError(f"{source}: {key} must be a string, got {_got(value)}")
         return value
     return value
+
+
+def _got(value: Any) -> str:
+    """A wrong value as an error shows it: its type and value, or that it is empty (YAML's null,
+    what ``--set key=`` gives)."""
+    return "nothing (an empty value)" if value is None else f"{type(value).__name__} {value!r}"
 
 
 def dump_config(cfg: RunConfig, path: Path) -> None:

@@ -113,16 +113,27 @@ def plan_export(
     return ExportPlan(role_dir, out, role, trained.mode, base, adapter, resolved, base_location)
 
 
-def _stored_dtype(weights: Path) -> str:
-    """The most common tensor dtype in a safetensors file, read from its header alone."""
+def _header(weights: Path) -> dict[str, Any]:
+    """The tensors of a safetensors file (name -> ``{"dtype", "shape", ...}``), from its header alone."""
     try:
         with weights.open("rb") as f:
             (size,) = struct.unpack("<Q", f.read(8))
             if size > _HEADER_LIMIT:
                 raise ValueError("header too large")
             header = json.loads(f.read(size))
-        counts = Counter(v["dtype"] for k, v in header.items() if k != "__metadata__")
-    except (OSError, ValueError, struct.error, TypeError, KeyError, AttributeError) as e:
+        if not isinstance(header, dict):
+            raise ValueError("the header is not a JSON object")
+        return {k: v for k, v in header.items() if k != "__metadata__"}
+    except (OSError, ValueError, struct.error) as e:
+        raise ExportError(f"{weights}: not a readable safetensors file ({e})") from None
+
+
+def _stored_dtype(weights: Path) -> str:
+    """The most common tensor dtype in a safetensors file, read from its header alone."""
+    header = _header(weights)
+    try:
+        counts = Counter(v["dtype"] for v in header.values())
+    except (TypeError, KeyError) as e:
         raise ExportError(f"{weights}: not a readable safetensors file ({e})") from None
     if not counts:
         raise ExportError(f"{weights}: holds no tensors")
@@ -170,6 +181,80 @@ def _check_output(out: Path, role_dir: Path, force: bool) -> None:
         raise ExportError(f"output {out}: parent directory {parent} does not exist")
     if not os.access(parent, os.W_OK):
         raise ExportError(f"output {out}: parent directory {parent} is not writable")
+
+
+def check_cache_dir(plan: ExportPlan, cache_dir: str = "") -> None:
+    """Raise :class:`ExportError` when the model cache (``cache_dir``, else the default one) lies
+    inside the checkpoint or the output: a GGUF base is de-quantised there (~0.5 GB for a 0.5B
+    model), which would grow the checkpoint or end up in the export."""
+    from codea1.engine.loading import default_cache_dir
+
+    cache = (Path(cache_dir).expanduser() if cache_dir else default_cache_dir()).resolve()
+    option = f"--cache-dir {cache_dir}" if cache_dir else f"the model cache {cache}"
+    for what, directory in (("the checkpoint", plan.role_dir.parent), ("the output", plan.out)):
+        inside = directory.resolve()
+        if cache == inside or inside in cache.parents:
+            raise ExportError(
+                f"{option} is inside {what} {directory}: a GGUF base is de-quantised into it; "
+                "choose a cache directory outside both"
+            )
+
+
+def check_fits(plan: ExportPlan, *, cache_dir: str = "") -> None:
+    """Raise :class:`ExportError` when the checkpoint's tensors do not fit the base model: a name the
+    base (with the run's LoRA adapters, in adapters mode) does not have, or another shape. The base
+    is built from its configuration alone on the ``meta`` device: no weight is read and a GGUF base
+    is not de-quantised, so a checkpoint of another model is refused in seconds. A base whose
+    configuration cannot be read here is left to the load, which says why."""
+    stored = {
+        name: tuple(info.get("shape", ())) for name, info in _header(plan.role_dir / WEIGHTS_FILE).items()
+    }
+    expected = _base_shapes(plan, cache_dir)
+    if expected is None:
+        return
+    unknown = sorted(set(stored) - set(expected))
+    if unknown:
+        raise ExportError(
+            f"{plan.role_dir / WEIGHTS_FILE} does not fit base model {plan.base!r} ({len(unknown)} tensors it "
+            f"lacks, e.g. {unknown[0]}); nothing was loaded or written"
+        )
+    wrong = [name for name in sorted(stored) if stored[name] != expected[name]]
+    if wrong:
+        name = wrong[0]
+        raise ExportError(
+            f"{plan.role_dir / WEIGHTS_FILE} does not fit base model {plan.base!r} ({len(wrong)} tensors of "
+            f"another shape, e.g. {name}: {list(stored[name])} vs {list(expected[name])}); nothing was "
+            "loaded or written"
+        )
+
+
+def _base_shapes(plan: ExportPlan, cache_dir: str) -> dict[str, tuple[int, ...]] | None:
+    """Parameter name -> shape of the base model as training held it (with the role's adapter in
+    adapters mode), built on the ``meta`` device; None when its configuration cannot be read here."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from codea1.engine.hf_local.roles import with_adapters
+    from codea1.engine.loading import ModelLoadError, default_cache_dir, gguf_cache_path, resolve_model
+
+    try:
+        source = resolve_model(plan.base)
+        if source.kind == "gguf":
+            gguf = Path(source.location)
+            cached = gguf_cache_path(gguf, Path(cache_dir) if cache_dir else default_cache_dir())
+            if (cached / "config.json").is_file():
+                config = AutoConfig.from_pretrained(str(cached))
+            else:  # the GGUF's metadata only: its tensors are not read
+                config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        else:
+            config = AutoConfig.from_pretrained(source.location)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+    except (ModelLoadError, OSError, ValueError, KeyError, ImportError):  # the load will say why
+        return None
+    if plan.mode == "adapters":
+        model = with_adapters(model, load_config(str(plan.role_dir.parent / RUN_CONFIG)).engine, [plan.role])
+    return {name: tuple(p.shape) for name, p in model.named_parameters()}
 
 
 def export_checkpoint(plan: ExportPlan, *, cache_dir: str = "") -> Path:

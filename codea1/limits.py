@@ -44,6 +44,15 @@ MAX_MUTANTS = 10_000
 ``reward.mutation_mutants``)."""
 MAX_JOBS_PER_CALL = 1 << 16
 """Grid jobs per sandbox call (``sandbox run --batch``)."""
+MAX_SANDBOX_MEMORY_MB = 1 << 20
+"""Address-space limit of a sandboxed program, MiB (``--memory-mb``, ``eval.memory_mb``): 1 TiB."""
+MAX_RESAMPLES = 1_000_000
+"""Bootstrap resamples of ``compare`` and ``eval compare`` (``--resamples``; 10,000 by default). A
+million already pins a 95 % interval's ends to well under 0.1 point; more only allocates: each
+resample is a row of problem indices, 8 bytes each."""
+MAX_SEED = 2**63 - 1
+"""Seeds a user gives (``--seed``): non-negative and below 2**63, what every generator the seeds
+reach (numpy, torch, vLLM) accepts."""
 WORKERS_PER_CORE = 4
 """Sandbox workers allowed per CPU core of this machine."""
 MAX_WORKERS = 1024

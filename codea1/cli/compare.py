@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from codea1.cli import CliError
-from codea1.cli.options import check_at_least
+from codea1.cli.options import check_resamples, check_seed
 
 if TYPE_CHECKING:
     from codea1.report.methods import MethodComparison
@@ -33,7 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR", help="training run directory")
     parser.add_argument("--step", type=int, default=None, help="compare at this evaluation step instead")
-    parser.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default 10000)")
+    parser.add_argument(
+        "--resamples", type=int, default=10_000, help="bootstrap resamples (default 10000, at most 1000000)"
+    )
     parser.add_argument("--confidence", type=float, default=0.95, help="interval level (default 0.95)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap and permutation seed (default 0)")
     parser.add_argument(
@@ -49,15 +51,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``codea1 compare``."""
-    from codea1.cli.outputs import check_output, write_output
-    from codea1.report.methods import compare_methods
+    from codea1.cli.outputs import check_distinct, check_output, write_output
+    from codea1.report.methods import compare_methods, input_files
     from codea1.report.runs import ReportError
 
-    check_at_least(args.resamples, "--resamples", 1)
+    check_resamples(args.resamples)
+    check_seed(args.seed)
     if not (math.isfinite(args.confidence) and 0 < args.confidence < 1):
         raise CliError(f"--confidence must be in (0, 1), got {args.confidence:g}")
     if args.output is not None:
         check_output(str(args.output), "--output", parent_must_exist=False)
+        for run_dir, path in input_files(args.run_dirs):  # each file the comparison reads
+            check_distinct(args.output, "--output", {f"a file of RUN_DIR {run_dir}:": path})
     try:
         cmp = compare_methods(
             args.run_dirs,

@@ -16,13 +16,19 @@ import subprocess
 import sys
 from typing import Any
 
+from codea1.cli.options import check_seconds
+
 VLLM_PROBE = "import vllm, sys; sys.stdout.write(vllm.__version__)"
+MAX_TIMEOUT_S = 3600.0
+"""Largest ``--timeout`` accepted: an hour for ``import vllm`` (it takes seconds to a few minutes)."""
 
 
 def register(subparsers: Any) -> None:
     """Add the ``doctor`` verb."""
     p = subparsers.add_parser("doctor", help="report what this install can run (torch, bf16, vLLM)")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds allowed for import vllm")
+    p.add_argument(
+        "--timeout", type=float, default=300.0, help="seconds allowed for import vllm (in (0, 3600])"
+    )
     p.set_defaults(func=run)
 
 
@@ -55,6 +61,7 @@ def vllm_report(timeout: float) -> tuple[bool, str]:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``codea1 doctor``."""
+    check_seconds(args.timeout, "--timeout", MAX_TIMEOUT_S)
     rows: list[tuple[str, str]] = [("python", f"{platform.python_version()} ({sys.executable})")]
     healthy = True
     try:
@@ -92,15 +99,16 @@ def run(args: argparse.Namespace) -> int:
     )
     rows.append(("vllm", f"imports ({dist or detail})" if ok else detail))
     rows.append(("rollouts (auto)", "vllm" if ok else "transformers"))
-    from codea1.engine.host_memory import TCMALLOC_INSTALL, tcmalloc_library
+    from codea1.engine.host_memory import TCMALLOC_INSTALL, tcmalloc_library, tcmalloc_named_problem
 
     tcmalloc = tcmalloc_library()
+    missing = tcmalloc_named_problem() or f"not found ({TCMALLOC_INSTALL})"
     rows.append(
         (
             "tcmalloc",
             f"{tcmalloc} (engine.cpu_malloc=tcmalloc restarts codea1 train on it)"
             if tcmalloc
-            else f"not found ({TCMALLOC_INSTALL}); runs use the system's malloc",
+            else f"{missing}; runs use the system's malloc",
         )
     )
     ray = _version("ray")

@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from codea1.cli import CliError
-from codea1.cli.options import check_at_least, check_at_most, check_seconds, check_workers
+from codea1.cli.options import check_at_least, check_at_most, check_seconds, check_seed, check_workers
 from codea1.cli.outputs import check_distinct, check_input, check_output
 from codea1.config import EngineConfig
+from codea1.data.sources import spec_file
 from codea1.engine.base import Policy, SamplingParams
 from codea1.eval.inputs import SAMPLE_FORMATS
 from codea1.eval.runner import RunOptions
@@ -147,7 +148,7 @@ def add_parsers(subparsers: Any) -> dict[str, argparse.ArgumentParser]:
         "killed (tests: killed / live mutants)",
     )  # fmt: skip
     cmp.add_argument("--problems", help="compare only the problems of this data spec (e.g. demo:easy-train)")
-    cmp.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
+    cmp.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (at most 1000000)")
     cmp.add_argument("--confidence", type=float, default=0.95, help="confidence level of the interval")
     cmp.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     cmp.add_argument("--output", type=Path, help="write the comparison JSON here")
@@ -192,11 +193,7 @@ def check_options(args: argparse.Namespace, files: Sequence[str] = ()) -> None:
     check_seconds(args.budget_floor, "--budget-floor", MAX_BUDGET_S)
     if not (math.isfinite(args.budget_factor) and args.budget_factor > 0):
         raise CliError(f"--budget-factor must be a finite number > 0, got {args.budget_factor:g}")
-    check_at_least(args.temperature, "--temperature", 0)
-    if not (math.isfinite(args.top_p) and 0 < args.top_p <= 1):
-        raise CliError(f"--top-p must be in (0, 1], got {args.top_p:g}")
-    check_at_least(args.max_new_tokens, "--max-new-tokens", 1)
-    check_at_most(args.max_new_tokens, "--max-new-tokens", MAX_TOKENS)
+    check_sampling_options(args)
     for name, maximum in SIZE_MAXIMA.items():
         if hasattr(args, name):
             check_at_least(getattr(args, name), "--" + name.replace("_", "-"), 1)
@@ -214,12 +211,23 @@ def check_options(args: argparse.Namespace, files: Sequence[str] = ()) -> None:
         check_distinct(
             args.output,
             "--output",
-            {**given, "--data": Path(args.data) if Path(args.data).exists() else None},
+            {**given, "--data": spec_file(args.data)},
         )
     _check_dir_option(args.results_dir, "--results-dir")
     _check_dir_option(args.cache_dir, "--cache-dir")
     if getattr(args, "model", None):
         check_model(args.model)
+
+
+def check_sampling_options(args: argparse.Namespace) -> None:
+    """Refuse (one :class:`CliError` line) a sampling value that cannot work: ``--temperature``,
+    ``--top-p``, ``--max-new-tokens``, ``--seed``; called before any model is loaded."""
+    check_at_least(args.temperature, "--temperature", 0)
+    if not (math.isfinite(args.top_p) and 0 < args.top_p <= 1):
+        raise CliError(f"--top-p must be in (0, 1], got {args.top_p:g}")
+    check_at_least(args.max_new_tokens, "--max-new-tokens", 1)
+    check_at_most(args.max_new_tokens, "--max-new-tokens", MAX_TOKENS)
+    check_seed(args.seed)
 
 
 def check_model(spec: str) -> None:
@@ -238,14 +246,11 @@ def check_model(spec: str) -> None:
 
 
 def check_bigcodebench_options(args: argparse.Namespace) -> None:
-    """Refuse (one :class:`CliError` line) a ``bigcodebench`` sample count or token limit that cannot
-    work, before a task is loaded."""
-    for option, value, maximum in (
-        ("--n", args.n, MAX_EVAL_SAMPLES),
-        ("--max-new-tokens", args.max_new_tokens, MAX_TOKENS),
-    ):
-        check_at_least(value, option, 1)
-        check_at_most(value, option, maximum)
+    """Refuse (one :class:`CliError` line) a ``bigcodebench`` sample count or sampling value that
+    cannot work, before a task or a model is loaded."""
+    check_at_least(args.n, "--n", 1)
+    check_at_most(args.n, "--n", MAX_EVAL_SAMPLES)
+    check_sampling_options(args)
 
 
 def run_options(args: argparse.Namespace) -> RunOptions:

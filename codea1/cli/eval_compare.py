@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from codea1.cli import CliError
-from codea1.cli.options import check_at_least
+from codea1.cli.options import check_resamples, check_seed
 from codea1.cli.outputs import check_distinct, check_input, check_output, same_file, write_output
+from codea1.data.sources import spec_file
 from codea1.eval.tables import format_table
 from codea1.results_file import read_json, read_records
 
@@ -29,13 +30,15 @@ def run_compare(args: argparse.Namespace) -> int:
     """``codea1 eval compare``."""
     from codea1.core.comparison import compare_sides, delta_table, restrict
 
-    check_at_least(args.resamples, "--resamples", 1)
+    check_resamples(args.resamples)
+    check_seed(args.seed)
     if not (math.isfinite(args.confidence) and 0 < args.confidence < 1):
         raise CliError(f"--confidence must be in (0, 1), got {args.confidence:g}")
     before_paths, after_paths = _sides(args)
     if args.output is not None:
         check_output(str(args.output), "--output", parent_must_exist=False)
         inputs = {f"before {p}": p for p in before_paths} | {f"after {p}": p for p in after_paths}
+        inputs["--problems"] = spec_file(args.problems) if args.problems else None
         check_distinct(args.output, "--output", inputs)
     before = [_code_records(p) for p in before_paths]
     after = [_code_records(p) for p in after_paths]

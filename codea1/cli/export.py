@@ -45,7 +45,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Check every argument, export, then push when asked."""
     from codea1.engine.loading import ModelLoadError
-    from codea1.export import ExportError, check_hub_repo, export_checkpoint, plan_export, push_to_hub
+    from codea1.export import (
+        ExportError,
+        check_cache_dir,
+        check_fits,
+        check_hub_repo,
+        export_checkpoint,
+        plan_export,
+        push_to_hub,
+    )
 
     if args.private and not args.push_to_hub:
         raise CliError("--private applies to --push-to-hub REPO, which was not given")
@@ -53,6 +61,8 @@ def run(args: argparse.Namespace) -> int:
         plan = plan_export(args.role_dir, args.out, adapter=args.adapter, dtype=args.dtype, force=args.force)
         if args.push_to_hub:
             check_hub_repo(args.push_to_hub)
+        check_cache_dir(plan, args.cache_dir)
+        check_fits(plan, cache_dir=args.cache_dir)  # before a GGUF base is de-quantised
         out = export_checkpoint(plan, cache_dir=args.cache_dir)
     except (ExportError, ModelLoadError) as e:
         raise CliError(str(e)) from None

@@ -5,22 +5,29 @@ An allocator replaces ``malloc`` only when the dynamic linker loads it before an
 its configuration first (nothing is loaded, no output exists yet); when that asks for TCMalloc and
 the process does not have it, the command raises :class:`Relaunch` and :func:`codea1.cli.main`,
 once the command's own cleanup has run, replaces the process with the same command line and
-``LD_PRELOAD`` naming the library. The restarted process sees :data:`RELAUNCHED_ENV` and never
-restarts again, whatever it finds. Run in-process (``codea1.cli.main(argv)``), a command never
+``LD_PRELOAD`` naming the library; the restarted interpreter imports the same codea1, from the
+directory this one imported it from, and nothing from the working directory. The restarted
+process sees :data:`RELAUNCHED_ENV` and never restarts again, whatever it finds. Run in-process (``codea1.cli.main(argv)``), a command never
 restarts: it says what it runs on. The sandbox's workers start with an environment of their own, so
 the preload never reaches candidate code.
 
-Imports: os, sys, config, engine.host_memory.
+Imports: os, sys, pathlib, config, engine.host_memory.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 from codea1.config import EngineConfig
-from codea1.engine.host_memory import TCMALLOC_INSTALL, tcmalloc_library, tcmalloc_loaded
+from codea1.engine.host_memory import (
+    TCMALLOC_INSTALL,
+    tcmalloc_library,
+    tcmalloc_loaded,
+    tcmalloc_named_problem,
+)
 
 RELAUNCHED_ENV = "CODEA1_MALLOC_RELAUNCHED"
 """Set in the restarted process's environment (and removed from it at once): restart once only."""
@@ -42,11 +49,28 @@ class Relaunch(Exception):
         return env
 
     def exec(self) -> NoReturn:
-        """Replace this process with the same command (``python -m codea1 ARGS``) on the library."""
+        """Replace this process with the same command on the library: the same interpreter runs
+        :data:`RESTART_PROGRAM`, which imports codea1 from the directory this process imported it
+        from, never from the working directory (``python -m codea1`` would run a ``./codea1``)."""
         sys.stdout.flush()
         sys.stderr.flush()
-        argv = [sys.executable, "-m", "codea1", *sys.argv[1:]]
-        os.execve(sys.executable, argv, self.environment())
+        os.execve(sys.executable, restart_argv(sys.argv[1:]), self.environment())
+
+
+RESTART_PROGRAM = (
+    "import sys; root = sys.argv.pop(1); sys.path[:] = [root, *(p for p in sys.path if p)]; "
+    "from codea1.cli import main; sys.exit(main())"
+)
+"""What the restarted interpreter runs (``python -c``): the directory given first, ahead of every
+other import path and without the working directory (the ``""`` that ``-c`` puts first), then the
+command-line interface with the arguments that follow."""
+
+
+def restart_argv(args: list[str]) -> list[str]:
+    """The restarted process's command line: this interpreter, :data:`RESTART_PROGRAM`, the directory
+    that holds the running ``codea1`` package, then ``args``."""
+    root = Path(__file__).resolve().parents[2]  # codea1/cli/malloc_relaunch.py: above the package
+    return [sys.executable, "-c", RESTART_PROGRAM, str(root), *args]
 
 
 def malloc_in_use(engine: EngineConfig, *, can_restart: bool) -> str:
@@ -63,7 +87,8 @@ def malloc_in_use(engine: EngineConfig, *, can_restart: bool) -> str:
         return "system (engine.cpu_malloc=tcmalloc: the local backend only)"
     library = tcmalloc_library()
     if library is None:
-        return f"system (TCMalloc not found; {TCMALLOC_INSTALL})"
+        problem = tcmalloc_named_problem()
+        return f"system ({problem})" if problem else f"system (TCMalloc not found; {TCMALLOC_INSTALL})"
     if restarted:
         return f"system (engine.cpu_malloc=tcmalloc: LD_PRELOAD={library} did not load it)"
     if not can_restart:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from codea1.cli import CliError
-from codea1.limits import WORKERS_PER_CORE, cores, max_workers
+from codea1.limits import MAX_RESAMPLES, MAX_SEED, WORKERS_PER_CORE, cores, max_workers
 
 
 def check_workers(n: int, option: str = "--workers") -> None:
@@ -35,3 +35,15 @@ def check_at_least(value: float, option: str, minimum: float) -> None:
     """A finite number >= ``minimum``."""
     if not (math.isfinite(value) and value >= minimum):
         raise CliError(f"{option} must be a finite number >= {minimum:g}, got {value:g}")
+
+
+def check_seed(value: int, option: str = "--seed") -> None:
+    """A seed: an integer in [0, :data:`codea1.limits.MAX_SEED`]."""
+    if not 0 <= value <= MAX_SEED:
+        raise CliError(f"{option} must be an integer in [0, 2**63 - 1], got {value}")
+
+
+def check_resamples(value: int, option: str = "--resamples") -> None:
+    """A bootstrap resample count: 1 to :data:`codea1.limits.MAX_RESAMPLES`."""
+    if not 1 <= value <= MAX_RESAMPLES:
+        raise CliError(f"{option} must be in [1, {MAX_RESAMPLES:,}], got {value}")

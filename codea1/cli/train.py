@@ -175,6 +175,10 @@ def in_run_evaluator(cfg: RunConfig, run_dir: Path, train_problems: list[Any]) -
         return None
     from codea1.eval.in_training import InRunEvaluator
     from codea1.eval.runner import EvalInputError
+    from codea1.sandbox.local import memory_limit_refusal
+
+    if refusal := memory_limit_refusal(cfg.eval.memory_mb, "eval.memory_mb, the in-run evaluation's"):
+        raise CliError(f"{refusal} (--set eval.memory_mb=N)")
 
     def say(msg: str) -> None:  # the runner's progress stays quiet; its warnings are shown
         if msg.startswith(("warning", "errata")):

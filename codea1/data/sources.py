@@ -118,6 +118,17 @@ def read_spec(spec: str, *, limit: int = 0) -> list[LoadedRow]:
     )
 
 
+def spec_file(spec: str) -> Path | None:
+    """The file a spec reads (``ult:PATH``'s PATH, a path itself), None for a built-in name: what a
+    command that writes a file must not overwrite."""
+    name = spec.strip()
+    if name in DEMO_SPECS or name in BUILTIN_SPECS or name.startswith("kodcode:"):
+        return None
+    if name.startswith("ult:"):
+        name = name.partition(":")[2].strip()
+    return Path(name).expanduser() if name else None
+
+
 def detect_format(columns: set[str]) -> str:
     """``ours``, ``evalplus_parquet``, ``reference``, ``evalplus_jsonl`` or ``ult``; ``""`` if none matches."""
     if OUR_COLUMNS <= columns:

@@ -84,13 +84,47 @@ def tcmalloc_loaded() -> bool:
 
 
 def tcmalloc_library() -> str | None:
-    """What to put in ``LD_PRELOAD`` for TCMalloc: :data:`TCMALLOC_LIBRARY_ENV` when set and the file
-    exists, else the linker cache's ``libtcmalloc_minimal`` (or the full ``libtcmalloc``); None when
-    there is none."""
+    """What to put in ``LD_PRELOAD`` for TCMalloc: :data:`TCMALLOC_LIBRARY_ENV` when set and it names
+    a shared library (an ELF shared object), else the linker cache's ``libtcmalloc_minimal`` (or the
+    full ``libtcmalloc``); None when there is none (:func:`tcmalloc_named_problem` says what is wrong
+    with a library the variable names)."""
     named = os.environ.get(TCMALLOC_LIBRARY_ENV, "").strip()
     if named:
-        return named if os.path.isfile(named) else None
+        return named if _named_library_problem(named) is None else None
     return ctypes.util.find_library("tcmalloc_minimal") or ctypes.util.find_library("tcmalloc")
+
+
+def tcmalloc_named_problem() -> str | None:
+    """What is wrong with the library :data:`TCMALLOC_LIBRARY_ENV` names (``CODEA1_TCMALLOC=PATH: no
+    such file``); None when the variable is unset or names a shared library."""
+    named = os.environ.get(TCMALLOC_LIBRARY_ENV, "").strip()
+    if named and (problem := _named_library_problem(named)):
+        return f"{TCMALLOC_LIBRARY_ENV}={named}: {problem}"
+    return None
+
+
+_ELF_MAGIC = b"\x7fELF"
+_ELF_SHARED_OBJECT = 3
+"""``e_type`` of a shared object (``ET_DYN``), the 2 bytes at offset 16 of an ELF header."""
+
+
+def _named_library_problem(path: str) -> str | None:
+    """Why ``path`` cannot be preloaded as a library (None when it is an ELF shared object)."""
+    if not os.path.exists(path):
+        return "no such file"
+    if not os.path.isfile(path):
+        return "not a regular file"
+    try:
+        with open(path, "rb") as f:
+            header = f.read(18)
+    except OSError as e:
+        return f"not readable ({e.strerror or e})"
+    if len(header) < 18 or not header.startswith(_ELF_MAGIC):
+        return "not a shared library (no ELF header)"
+    byte_order = "little" if header[5] == 1 else "big"
+    if int.from_bytes(header[16:18], byte_order) != _ELF_SHARED_OBJECT:
+        return "an ELF file but not a shared library"
+    return None
 
 
 def release_free_heap() -> None:

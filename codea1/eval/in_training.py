@@ -58,8 +58,9 @@ class InRunEvaluator:
     def options(self, step: int) -> runner.RunOptions:
         """The runner's options of one point (its results directory)."""
         return runner.RunOptions(
-            self.run_dir / EVAL_DIR / step_file_name(step), workers=self.workers, chunk=self.cfg.chunk
-        )
+            self.run_dir / EVAL_DIR / step_file_name(step), workers=self.workers,
+            memory_mb=self.cfg.memory_mb, chunk=self.cfg.chunk,
+        )  # fmt: skip
 
     def sampling(self, n: int) -> SamplingParams:
         """The sampling parameters of every point (the same seed at every step: points are paired)."""

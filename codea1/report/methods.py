@@ -34,9 +34,9 @@ import yaml
 from codea1.config import RunConfig
 from codea1.core.bootstrap import PairedDelta, paired_statistic
 from codea1.core.eval_estimators import ESTIMATORS, Estimator, named_for
-from codea1.report.runs import ReportError, unique_names
+from codea1.report.runs import CONFIG_FILE, EVAL_DIR, ReportError, unique_names
 from codea1.results_file import read_records
-from codea1.tracking import read_eval_points, step_file_name
+from codea1.tracking import EVAL_FILE, read_eval_points, step_file_name
 
 EVAL_BLOCK = (
     "eval.data", "eval.limit", "eval.seed", "eval.n", "eval.temperature", "eval.top_p",
@@ -150,6 +150,7 @@ def compare_methods(
     evaluated alike, a step is missing, or fewer than two methods are given.
     """
     paths = [Path(p) for p in run_dirs]
+    _check_distinct(paths)
     runs = [_load(p, name) for p, name in zip(paths, unique_names(paths), strict=True)]
     _check_same(runs, EVAL_BLOCK)
     notes: list[str] = []
@@ -188,6 +189,54 @@ def compare_methods(
     return cmp
 
 
+TYPED = {
+    "train.seed": int, "eval.tests": int, "data.limit": int, "train.method": str, "eval.data": str,
+    "data.train": str,
+}  # fmt: skip
+"""The settings the comparison computes with (the rest it only compares for equality), by type."""
+
+
+def input_files(run_dirs: Sequence[Path]) -> list[tuple[Path, Path]]:
+    """``(run directory, file)`` for every file :func:`compare_methods` may read of the runs: each
+    ``config.yaml``, ``eval.jsonl`` and per-problem results file, and the training problems'
+    file its ``data.train`` names; what an output written beside them must not be."""
+    from codea1.data.sources import spec_file
+
+    out: list[tuple[Path, Path]] = []
+    for run_dir in map(Path, run_dirs):
+        out += [(run_dir, run_dir / name) for name in (CONFIG_FILE, EVAL_FILE)]
+        if (run_dir / EVAL_DIR).is_dir():
+            out += [(run_dir, p) for p in sorted((run_dir / EVAL_DIR).rglob("*")) if p.is_file()]
+        try:
+            raw = yaml.safe_load((run_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError, UnicodeDecodeError):
+            continue
+        data_section = raw.get("data") if isinstance(raw, dict) else None
+        train = data_section.get("train") if isinstance(data_section, dict) else None
+        if isinstance(train, str) and (data := spec_file(train)) is not None:
+            out.append((run_dir, data))
+    return out
+
+
+def _same_directory(a: Path, b: Path) -> bool:
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        sa, sb = a.stat(), b.stat()
+    except OSError:
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+def _check_distinct(paths: Sequence[Path]) -> None:
+    """Each run once: the same directory twice (another spelling, a symlink) would pair a run with
+    itself, or count it as two seeds of its method."""
+    for i, p in enumerate(paths):
+        for q in paths[:i]:
+            if _same_directory(p, q):
+                raise ReportError(f"run directory {p} is given twice (as {q}): give each run once")
+
+
 def _load(path: Path, name: str) -> _Run:
     if not path.is_dir():
         raise ReportError(f"{path}: not a run directory")
@@ -201,6 +250,11 @@ def _load(path: Path, name: str) -> _Run:
     if not isinstance(raw, dict):
         raise ReportError(f"{config_path}: not a mapping")
     config = {**_flat(RunConfig().to_dict()), **_flat(raw)}
+    for key, kind in TYPED.items():
+        value = config.get(key)
+        if isinstance(value, bool) or not isinstance(value, kind):
+            expected = "an integer" if kind is int else "a string"
+            raise ReportError(f"{config_path}: {key} is {value!r}, not {expected} (damaged or hand-edited?)")
     if not config.get("eval.data"):
         raise ReportError(
             f"{path}: evaluates nothing during training (eval.data is empty in its config.yaml)"

@@ -64,8 +64,9 @@ def strict_refusal(layers: dict[str, str]) -> str:
     )
 
 
-def memory_limit_refusal(memory_mb: int) -> str:
-    """Why a program cannot get the address-space limit ``memory_mb`` (MiB), or "" when it can.
+def memory_limit_refusal(memory_mb: int, setting: str = "--memory-mb, sandbox.memory_mb") -> str:
+    """Why a program cannot get the address-space limit ``memory_mb`` (MiB), or "" when it can;
+    ``setting`` names what sets it.
 
     Each program process sets ``RLIMIT_AS`` to ``memory_mb`` and cannot raise it past the hard
     limit it inherits from this process. Failing there would mark every program, the reference
@@ -76,8 +77,8 @@ def memory_limit_refusal(memory_mb: int) -> str:
     if hard == resource.RLIM_INFINITY or memory_mb << 20 <= hard:
         return ""
     return (
-        f"cannot give sandboxed programs their memory limit: memory_mb={memory_mb} MiB (--memory-mb, "
-        f"sandbox.memory_mb) is above this process's hard address-space limit of {hard >> 20} MiB "
+        f"cannot give sandboxed programs their memory limit: memory_mb={memory_mb} MiB ({setting}) "
+        f"is above this process's hard address-space limit of {hard >> 20} MiB "
         "(ulimit -Hv); lower the memory limit or raise the hard limit"
     )
 

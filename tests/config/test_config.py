@@ -184,3 +184,18 @@ def test_a_changed_configuration_is_checked_again() -> None:
         dataclasses.replace(cfg, reward=dataclasses.replace(cfg.reward, alpha=2.0))
     with pytest.raises(ConfigError, match="unknown key 'nope'"):
         with_values(cfg, {"engine.nope": 1})
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        ("engine.cpu_malloc=", "engine.cpu_malloc is empty; give one of 'system', 'tcmalloc'"),
+        ("train.seed=", "train.seed must be an integer, got nothing (an empty value)"),
+        ("eval.data=", "eval.data must be a string, got nothing (an empty value)"),
+    ],
+)
+def test_an_empty_override_says_it_is_empty(item: str, message: str) -> None:
+    """Issue 45, item 17: ``--set engine.cpu_malloc=`` was reported as ``engine.cpu_malloc=None``."""
+    with pytest.raises(ConfigError) as e:
+        load_config("tiny-cpu", [item])
+    assert message in str(e.value) and "None" not in str(e.value)

@@ -47,3 +47,37 @@ def test_doctor_says_whether_runs_can_use_tcmalloc(monkeypatch, capsys, library)
         assert library in row and "engine.cpu_malloc=tcmalloc" in row
     else:
         assert "not found (apt install libtcmalloc-minimal4" in row
+
+
+@pytest.mark.parametrize("timeout", ["nan", "inf", "-inf", "1e300", "-1", "0"])
+def test_a_timeout_that_is_not_a_finite_positive_bounded_number_is_one_line(monkeypatch, capsys, timeout):
+    """Issue 45, item 12: ``--timeout nan|inf|1e300`` were tracebacks, ``-1`` was accepted."""
+    probed = []
+    monkeypatch.setattr(doctor, "vllm_report", lambda t: probed.append(t) or (False, "not checked here"))
+    assert main(["doctor", f"--timeout={timeout}"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and not probed
+    assert captured.err.count("\n") == 1 and "Traceback" not in captured.err
+    assert captured.err.startswith("codea1: error: --timeout must be a number of seconds in (0, 3600]")
+
+
+@pytest.mark.parametrize("named", ["absent", "text", "elf executable"])
+def test_doctor_lists_only_a_shared_library_named_by_codea1_tcmalloc(monkeypatch, capsys, tmp_path, named):
+    """Issue 45, item 17: a text file named by CODEA1_TCMALLOC was listed as the library train would
+    restart on; a name of nothing was reported as "not found ... or set CODEA1_TCMALLOC"."""
+    from codea1.engine.host_memory import TCMALLOC_LIBRARY_ENV
+
+    path = tmp_path / "lib.so"
+    if named == "text":
+        path.write_text("not a library\n")
+    elif named == "elf executable":  # a 64-bit little-endian ELF header of type EXEC (2), not DYN (3)
+        path.write_bytes(b"\x7fELF\x02\x01\x01" + bytes(9) + (2).to_bytes(2, "little") + bytes(46))
+    monkeypatch.setenv(TCMALLOC_LIBRARY_ENV, str(path))
+    monkeypatch.setattr(doctor, "vllm_report", lambda timeout: (False, "not checked here"))
+    assert main(["doctor"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("tcmalloc"))
+    assert f"CODEA1_TCMALLOC={path}: " in row and "or set CODEA1_TCMALLOC" not in row
+    assert "engine.cpu_malloc=tcmalloc restarts" not in row
+    why = {"absent": "no such file", "text": "not a shared library (no ELF header)",
+           "elf executable": "an ELF file but not a shared library"}[named]  # fmt: skip
+    assert why in row

@@ -56,20 +56,56 @@ def test_the_command_restarts_on_tcmalloc_and_says_so(tmp_path: Path) -> None:
     assert "| malloc system |" in plain  # no restart asked, none made
 
 
-def test_without_the_library_the_run_goes_on_and_says_why(tmp_path: Path) -> None:
-    header = _header(_train(tmp_path, env={TCMALLOC_LIBRARY_ENV: str(tmp_path / "no-such-lib.so")}))
-    assert (
-        "| malloc system (TCMalloc not found; apt install libtcmalloc-minimal4, or set CODEA1_TCMALLOC"
-        in header
-    )
+@pytest.mark.parametrize("named", ["absent", "text"])
+def test_without_the_library_the_run_goes_on_and_says_why(tmp_path: Path, named: str) -> None:
+    """Issue 45, item 17: a ``CODEA1_TCMALLOC`` naming no file was reported as "not found ... or set
+    CODEA1_TCMALLOC" (it was set), and a text file named by it was taken for the library."""
+    library = tmp_path / "lib.so"
+    if named == "text":
+        library.write_text("not an ELF file\n")
+    done = _train(tmp_path, env={TCMALLOC_LIBRARY_ENV: str(library)})
+    why = "no such file" if named == "absent" else "not a shared library (no ELF header)"
+    assert f"| malloc system (CODEA1_TCMALLOC={library}: {why}) |" in _header(done)
+    assert done.stdout.count("codea1 train | preset") == 1  # no restart on it
+
+
+def _loaded_library(name: str) -> str:
+    """The path of a shared library this process has mapped (``libm.so``), from /proc/self/maps."""
+    maps = Path("/proc/self/maps")
+    paths = {line.split()[-1] for line in maps.read_text().splitlines()} if maps.exists() else set()
+    found = sorted(p for p in paths if Path(p).name.startswith(name) and Path(p).is_file())
+    if not found:
+        pytest.skip(f"no {name} mapped in this process")
+    return found[0]
 
 
 def test_a_library_that_does_not_load_restarts_once_only(tmp_path: Path) -> None:
-    not_a_library = tmp_path / "libnot.so"
-    not_a_library.write_text("not an ELF file\n")
-    done = _train(tmp_path, env={TCMALLOC_LIBRARY_ENV: str(not_a_library)})
-    assert f"LD_PRELOAD={not_a_library} did not load it" in _header(done)
+    not_tcmalloc = _loaded_library("libm.so")  # a real shared library without TCMalloc's symbols
+    done = _train(tmp_path, env={TCMALLOC_LIBRARY_ENV: not_tcmalloc})
+    assert f"LD_PRELOAD={not_tcmalloc} did not load it" in _header(done)
     assert done.stdout.count("codea1 train | preset") == 1  # one restart, one run
+
+
+def test_the_restart_runs_this_codea1_not_one_in_the_working_directory(tmp_path: Path) -> None:
+    """Issue 45, item 16: the restart ran ``python -m codea1``, which imports ``./codea1`` first: any
+    folder of that name where a user runs ``codea1 train`` replaced the program."""
+    work = tmp_path / "work"
+    stand_in = work / "codea1"
+    stand_in.mkdir(parents=True)
+    marker = tmp_path / "stand-in-ran"
+    body = f"open({str(marker)!r}, 'w').write('ran')\nprint('STAND-IN')\n"
+    for name in ("__init__.py", "__main__.py"):
+        (stand_in / name).write_text(body)
+    driver = tmp_path / "driver.py"  # outside `work`: its own import path does not hold the stand-in
+    driver.write_text(
+        "import sys\nfrom codea1.cli.malloc_relaunch import Relaunch\n"
+        "sys.argv = ['codea1', '--version']\nRelaunch('').exec()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run([sys.executable, str(driver)], cwd=work, env=env, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert not marker.exists() and "STAND-IN" not in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0 and done.stdout.startswith("codea1 "), done.stdout + done.stderr
 
 
 def test_in_process_the_command_never_restarts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -185,3 +185,41 @@ def test_smollm2_one_step_writes_a_complete_run_dir(tmp_path: Path) -> None:
     assert (run_dir / "samples" / "step_000001.jsonl").exists()
     assert (run_dir / "checkpoints" / "step_000001" / "coder").is_dir()
     assert (run_dir / "mistake_book.sqlite").exists()
+
+
+def test_the_in_run_evaluation_memory_is_a_setting_checked_before_the_run_dir(tmp_path: Path) -> None:
+    """Issue 45, item 15: under a hard ``ulimit -v`` below the evaluation sandbox's fixed 4096 MiB, a
+    run with ``eval.data`` refused to start only after creating its run directory (which a retry
+    then refused as not empty), and nothing could lower the limit. Now ``eval.memory_mb`` is checked
+    before the directory exists, and lowering it runs."""
+    import resource
+
+    hard = 3600 << 20  # MiB: below the default eval.memory_mb, above what a scripted run needs
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    base = [sys.executable, "-m", "codea1", "train", *FAST, "--steps", "1", "--run-dir", str(run_dir),
+            "--set", "eval.data=demo:easy", "--set", "eval.limit=2", "--set", "eval.n=1",
+            "--set", "sandbox.workers=1"]  # fmt: skip
+    refused = subprocess.run(base, env=env, preexec_fn=limited, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    errors = [line for line in refused.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and "Traceback" not in refused.stderr, refused.stderr[-2000:]
+    assert "eval.memory_mb" in errors[0] and "4096 MiB" in errors[0] and "ulimit -Hv" in errors[0]
+    assert not run_dir.exists()  # nothing for a retry to refuse
+    lower = [*base, "--set", "eval.memory_mb=2048"]
+    done = subprocess.run(lower, env=env, preexec_fn=limited, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["eval"]["memory_mb"] == 2048
+    assert (run_dir / "eval" / "step_000001").is_dir()
+
+
+def test_eval_memory_mb_is_bounded() -> None:
+    from codea1.config import ConfigError
+
+    for bad in ("32", str(2 << 20)):
+        with pytest.raises(ConfigError, match=r"eval.memory_mb must be in \[64, 1048576\] MiB"):
+            load_config("tiny-cpu", ["eval.data=demo:easy", f"eval.memory_mb={bad}"])
