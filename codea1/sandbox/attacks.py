@@ -343,6 +343,69 @@ call. Each passes on the loop-based reference and fails the correct ``sum``-base
 refused: their oracle is ``invalid``. The last one keeps the expressive range (comprehensions,
 pure builtins) and must pass."""
 
+# --- issue 45, items 1, 5, 6, 7: frames, values that lie inside the call, shadowed names, int tolerance ---
+_NODE = "class Node:\n    def __init__(self, v):\n        self.val = v\n"
+SCOPE_ATTACKS: tuple[Attack, ...] = tuple(
+    _a(name, _BUILTIN_SUM, {"invalid"}, reference=_LOOP_SUM, tests=((call, "1"),), oracle={"invalid"})
+    for name, call in (
+        ("test_frame_globals", "f([len((0 for _ in []).gi_frame.f_globals)])"),
+        ("test_frame_builtins", "f([len((0 for _ in []).gi_frame.f_builtins)])"),
+        ("test_generator_code", "f([len((0 for _ in []).gi_code.co_code)])"),
+    )
+) + (
+    _a("test_honest_generator_input", _BUILTIN_SUM, {"pass"}, reference=_LOOP_SUM,
+       tests=(("f(v * 2 for v in range(3))", "6"), ("f(list(map(abs, (-1, 2))))", "3"))),
+    _a(
+        "eq_always_true_inside_the_test",
+        "class A:\n    def __eq__(self, o):\n        return True\n    def __ne__(self, o):\n        return False\n"
+        "    __hash__ = object.__hash__\ndef f(x):\n    return A()\n",
+        {"fail"},
+        tests=(("bool(f(1) == 2)", "True"), ("tuple([f(1) == 2, f(2) == 3])", "(True, True)"),
+               ("[f(1)] == [2]", "True"), ("2 == f(1)", "True"), ("f(1) != 2", "False")),
+    ),
+    _a(
+        "int_subclass_eq_inside_the_test",
+        "class I(int):\n    def __eq__(self, o):\n        return True\n    __hash__ = int.__hash__\n"
+        "def f(x):\n    return I(0)\n",
+        {"fail"},
+        tests=(("bool(f(1) == 2)", "True"), ("f(1) in [2]", "True")),
+    ),
+    _a(
+        "honest_objects_inside_the_test",
+        _NODE + "def f(x):\n    n = Node(0)\n    n.val += x + 1\n    return n\n",
+        {"pass"},
+        reference=_NODE + "def f(x):\n    return Node(x + 1)\n",
+        tests=(("f(1).val", "2"), ("[f(1).val == 2, f(2).val != 3, f(2) == f(3)]", "[True, False, False]"),
+               ("f(1)", "Node(2)"), ("sorted([f(3).val, f(1).val])", "[2, 4]")),
+    ),
+    _a(
+        "shadowed_builtin_sorted",
+        "def sorted(v, **k):\n    return [2, 4, 6]\ndef f(x):\n    return [0]\n",
+        {"fail"},
+        reference="def f(x):\n    return [v * 2 for v in x]\n",
+        tests=(("sorted(f([3, 1, 2]))", "[2, 4, 6]"),),
+    ),
+    _a(
+        "builtins_sorted_patched_at_load",
+        "import builtins\nbuiltins.sorted = lambda v, **k: [2, 4, 6]\ndef f(x):\n    return [0]\n",
+        {"fail"},
+        reference="def f(x):\n    return [v * 2 for v in x]\n",
+        tests=(("sorted(f([3, 1, 2]))", "[2, 4, 6]"),),
+    ),
+    _a(
+        "float_for_an_expected_int",
+        "def f(n):\n    return float(n * 3 + 5)\n",
+        {"fail"},
+        reference="def f(n):\n    return n * 3\n",
+        tests=(("f(10**7)", "30000000"),),
+    ),
+)  # fmt: skip
+"""Tests that reach frames or code objects (their oracle is ``invalid``) beside an honest generator
+input; values whose methods would lie to a comparison the test makes itself, a name that shadows a
+builtin the test calls, and a float where an int is expected (each wrong code must fail), beside
+honest object results that must pass."""
+# --- end of issue 45, items 1, 5, 6, 7 ---
+
 _LOOP = "    while True:\n        pass\n"
 ATTACKS: tuple[Attack, ...] = (
     (
@@ -544,6 +607,7 @@ ATTACKS: tuple[Attack, ...] = (
     + HOST_SOCKET_ATTACKS
     + NAMESPACE_ATTACKS
     + TEST_SIDE_ATTACKS
+    + SCOPE_ATTACKS
 )
 
 HARNESS = "def check(candidate):\n    assert candidate(1) == 2\n    assert candidate(1)\n"

@@ -10,7 +10,11 @@ whatever that check misses:
   program's own.
 * **The entry point is a guard.** In that copy the entry point's name is bound to a trusted
   function that calls the program's entry point; the expression never holds the function itself,
-  so ``f.__code__`` or ``inspect.signature(f)`` would read the same guard in every program.
+  so ``f.__code__`` or ``inspect.signature(f)`` would read the same guard in every program. What
+  the guard returns is the value rebuilt by trusted code (:mod:`codea1.sandbox.worker.rebuilt`):
+  no method of the program's value decides a comparison the expression makes.
+* **Trusted builtins.** The copy's builtins are :data:`TRUSTED_BUILTINS`, and program names that
+  shadow a builtin are left out of it: a test's ``sorted`` is the interpreter's.
 * **State checked before each call.** An expression that names anything beyond a set of pure
   builtins and the entry point is checked before each call of the entry point, and once more
   before its value is encoded: every module's namespace (``builtins`` included; names added
@@ -42,6 +46,8 @@ from collections.abc import Callable
 from types import CodeType, ModuleType
 from typing import Any
 
+from codea1.sandbox.worker.rebuilt import rebuild
+
 SAFE_NAMES = frozenset(
     "abs all any ascii bin bool bytearray bytes callable chr complex dict divmod enumerate filter float "
     "frozenset hex int isinstance issubclass iter len list map max min next oct ord pow print range repr "
@@ -49,6 +55,12 @@ SAFE_NAMES = frozenset(
 )
 """Builtins an expression may name (besides the entry point) and still need no state check: none
 of them can reach a module, a namespace or an interpreter setting."""
+
+
+TRUSTED_BUILTINS: dict[str, Any] = dict(vars(builtins))
+"""The builtins a test expression sees: a copy taken when the worker starts, before any program runs.
+A program's own ``sorted`` (a module-level name, or ``builtins.sorted`` replaced while it loads) is
+never the one a test calls; the entry point itself still runs with the program's own."""
 
 
 class StateChanged(BaseException):
@@ -171,7 +183,8 @@ class TestScope:
         set and before any test code runs: the state it takes is then the program's as it loaded."""
         self.checked = self.needs_check(code)
         self.retake()
-        scope = dict(self.ns)
+        scope = {k: v for k, v in self.ns.items() if k not in TRUSTED_BUILTINS or k == "__name__"}
+        scope["__builtins__"] = TRUSTED_BUILTINS
         scope[self.entry_point] = _guard(self, self.ns, self.entry_point, _GUARD_FRAMES, top=code)
         return scope
 
@@ -234,9 +247,10 @@ def _test_frames(top: CodeType | None, cap: int, _getframe: Any = sys._getframe)
 
 def _guard(
     scope: TestScope, ns: dict[str, Any], name: str, frames: int, _sys: Any = sys,
-    top: CodeType | None = None, _below: Any = _test_frames,
+    top: CodeType | None = None, _below: Any = _test_frames, _rebuild: Any = rebuild,
 ) -> Callable[..., Any]:  # fmt: skip
-    """The entry point as a test sees it: checks the state, then calls ``ns[name]``."""
+    """The entry point as a test sees it: checks the state, calls ``ns[name]``, and returns the value
+    rebuilt by trusted code (:func:`codea1.sandbox.worker.rebuilt.rebuild`), never the object itself."""
 
     change, refuse, retake = scope.change, scope.refuse, scope.retake  # bound now: patching the class is moot
 
@@ -252,11 +266,12 @@ def _guard(
         raised = limit + frames + _below(top, limit)  # the depth the test's own frames took, given back
         _sys.setrecursionlimit(raised)
         try:
-            return fn(*args, **kwargs)
+            value = fn(*args, **kwargs)
         finally:
             if _sys.getrecursionlimit() == raised:  # unless the entry point set its own
                 _sys.setrecursionlimit(limit)
             retake()
+        return _rebuild(value)
 
     return entry
 
