@@ -224,16 +224,18 @@ def planned(command_sets: list[str], model: dict[str, Any], device: str) -> dict
     """The plan's GiB for the run's configuration and model (``codea1.engine.memory``'s learner
     terms, as ``local_plan`` adds them while the learners compute): each role's fp32 training state,
     the one reference both roles share (they start from one model), and the larger of the worst
-    micro-batch's activations (with autocast's bf16 copy and the shared-prompt mask) and the KV cache
-    of the largest transformers ``generate`` batch at full length (the rollout, which ``local_plan``
-    gives to vLLM engines this run does not start). The CUDA context is outside torch's allocator."""
+    micro-batch's activations (with autocast's bf16 copy and the shared-prompt mask) and the
+    transformers ``generate`` rollout: the KV cache of the largest batch at full length in the dtype it
+    samples in, with the bf16 copy of the fp32 master weights it samples from
+    (``memory.transformers_rollout_bytes``; ``local_plan`` gives this phase to vLLM engines this run
+    does not start). The CUDA context is outside torch's allocator."""
     from codea1.config import load_config
     from codea1.engine.memory import (
         LEARNER_OVERHEAD_GIB,
         ModelShape,
         dtype_bytes,
         learner_memory,
-        max_model_len,
+        transformers_rollout_bytes,
     )
 
     cfg = load_config(PRESET, command_sets)
@@ -246,11 +248,12 @@ def planned(command_sets: list[str], model: dict[str, Any], device: str) -> dict
     terms = {f"{r} fp32 state": m.states_fp32 for r, m in mems.items()}
     terms["reference"] = mems["coder"].reference
     update = max(m.fsdp_buffers + m.activations + getattr(m, "mask", 0.0) for m in mems.values())
-    rows = max(cfg.coder.sampling.batch_size, cfg.tester.sampling.batch_size)
-    kv = rows * max_model_len(cfg) * shape.kv_bytes_per_token(w) / GIB
-    terms["max(update " + f"{update:.2f}, generate KV {kv:.2f})"] = max(update, kv)
+    kv_bytes, copy_bytes = transformers_rollout_bytes(cfg, shape)
+    kv, generate = kv_bytes / GIB, (kv_bytes + copy_bytes) / GIB
+    terms["max(update " + f"{update:.2f}, generate {generate:.2f})"] = max(update, generate)
     return {
-        "terms_gib": terms, "update_gib": update, "generate_kv_gib": kv, "allocator_gib": sum(terms.values()),
+        "terms_gib": terms, "update_gib": update, "generate_kv_gib": kv, "generate_copy_gib": copy_bytes / GIB,
+        "allocator_gib": sum(terms.values()),
         "context_allowance_gib": LEARNER_OVERHEAD_GIB, "total_gib": gpu_total_gib(device),
         "model_params": shape.params,
     }  # fmt: skip

@@ -496,6 +496,55 @@ def _plain(obj: Any) -> Any:
 # --------------------------------------------------------------------------------------------------
 
 
+VLLM_FUSED_PROJECTIONS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+"""Projections vLLM loads into one fused layer (``qkv_proj``, ``gate_up_proj``) of Llama and Qwen2."""
+
+
+def vllm_sync_errors(cfg: RunConfig) -> list[str]:
+    """Why vLLM rollouts (``engine.rollout`` vllm, or auto) could not take this run's weight syncs.
+
+    * ``adapters`` mode syncs only the adapted projections, and vLLM's layer-wise reload rebuilds a
+      fused layer given part of its projections from uninitialised memory and copies all of it over
+      the live weights (``vllm/model_executor/model_loader/reload/layerwise.py``): ``lora_targets``
+      must hold all or none of each :data:`VLLM_FUSED_PROJECTIONS` group.
+    * Ray ``colocate`` on GPUs in ``separate`` mode with more replicas than learner ranks: replicas
+      ``0..L-1`` share the ranks' GPUs, so vLLM's NCCL transfer would put learner rank 0 and
+      replica 0 on one device (NCCL needs one rank per device), and CUDA IPC cannot reach the
+      replicas on GPUs of their own. ``split`` with a fraction of a GPU per actor lets Ray put two
+      ranks of that NCCL group on one GPU.
+    """
+    e, c = cfg.engine, cfg.cluster
+    if e.rollout == "transformers" or e.kind != "transformers":
+        return []
+    errors = []
+    if e.mode == "adapters":
+        targets = set(e.lora_targets)
+        for group in VLLM_FUSED_PROJECTIONS:
+            if targets & set(group) and not set(group) <= targets:
+                errors.append(
+                    f"engine.lora_targets adapts {', '.join(p for p in group if p in targets)} without "
+                    f"{', '.join(p for p in group if p not in targets)}: vLLM fuses {'/'.join(group)} into "
+                    "one layer and a sync of part of it overwrites the rest with uninitialised memory; "
+                    "adapt the whole group or none of it, or set engine.rollout=transformers"
+                )
+    if e.backend != "ray" or c.gpus_per_worker <= 0 or e.mode != "separate":
+        return errors
+    if c.placement == "colocate" and c.rollout_replicas > c.learner_workers:
+        errors.append(
+            f"cluster.placement=colocate with cluster.rollout_replicas={c.rollout_replicas} > "
+            f"cluster.learner_workers={c.learner_workers} on GPUs: vLLM's NCCL weight transfer would put "
+            "learner rank 0 and replica 0 on one GPU, and CUDA IPC cannot reach replicas on GPUs of their "
+            "own; use rollout_replicas <= learner_workers, placement=split or engine.rollout=transformers"
+        )
+    if c.placement == "split" and not float(c.gpus_per_worker).is_integer():
+        errors.append(
+            f"cluster.gpus_per_worker={c.gpus_per_worker:g} with placement=split: vLLM's NCCL weight "
+            "transfer needs learner rank 0 and every replica on GPUs of their own, and Ray may put two "
+            "of them on one GPU; use whole GPUs or engine.rollout=transformers"
+        )
+    return errors
+
+
 def check_invariants(cfg: RunConfig) -> None:
     """Raise :class:`ConfigError` with a reason when the configuration cannot work."""
     errors: list[str] = []
@@ -556,6 +605,7 @@ def check_invariants(cfg: RunConfig) -> None:
         errors.append("cluster: gpus_per_worker must be >= 0 and cpus_per_worker > 0")
     if cfg.engine.backend == "ray" and cfg.engine.kind == "scripted":
         errors.append("engine.backend=ray needs engine.kind=transformers (the scripted fake runs locally)")
+    errors += vllm_sync_errors(cfg)
     if cfg.data.problems_per_step < 1 or cfg.train.steps < 1 or cfg.train.save_every < 1:
         errors.append("data.problems_per_step, train.steps and train.save_every must be >= 1")
     if cfg.train.keep_last < 1:

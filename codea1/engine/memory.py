@@ -256,6 +256,20 @@ def default_kv_bytes(cfg: RunConfig, model: ModelShape, weight_bytes: int) -> in
     return max(MIN_KV_BYTES, math.ceil(full_batch_kv_bytes(cfg, model, weight_bytes) * KV_MARGIN))
 
 
+def transformers_rollout_bytes(cfg: RunConfig, model: ModelShape, *, local: bool = True) -> tuple[int, int]:
+    """``(KV cache, sampling copy)`` bytes of one transformers ``generate`` rollout of ``model`` on
+    CUDA: the KV cache of :func:`max_sequences` rows at :func:`max_model_len` tokens in the dtype it
+    samples in (:func:`dtype_bytes`: bf16 on CUDA), and the copy of the weights it samples from. The
+    local learner (``local``) keeps fp32 master weights of a bf16 run in ``separate`` mode, and the
+    rollout samples from a bf16 copy of them made for each ``generate`` call
+    (``hf_local.weights.ModuleRollout``); an fp32 run, ``adapters`` mode (a bf16 base) and the Ray
+    replicas (their own bf16 model) sample the weights themselves (no copy)."""
+    w = dtype_bytes(cfg.engine)
+    kv = max_sequences(cfg) * max_model_len(cfg) * model.kv_bytes_per_token(w)
+    copy = w * model.params if local and w < 4 and cfg.engine.mode == "separate" else 0
+    return kv, copy
+
+
 # --------------------------------------------------------------------------------------------------
 # One learner
 # --------------------------------------------------------------------------------------------------

@@ -199,3 +199,25 @@ def test_an_empty_override_says_it_is_empty(item: str, message: str) -> None:
     with pytest.raises(ConfigError) as e:
         load_config("tiny-cpu", [item])
     assert message in str(e.value) and "None" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("targets", "refused"),
+    [
+        ("[q_proj,v_proj]", "k_proj"),  # part of qkv_proj
+        ("[gate_proj,down_proj]", "up_proj"),  # part of gate_up_proj
+        ("[q_proj,k_proj,v_proj,o_proj]", ""),  # whole fused groups
+        ("[o_proj,down_proj]", ""),  # no fused layer touched
+    ],
+)
+def test_adapters_that_cover_part_of_a_layer_vllm_fuses_are_refused(targets: str, refused: str) -> None:
+    """vLLM loads q/k/v (gate/up) into one fused layer; a sync of part of it would rebuild the layer
+    from uninitialised memory and copy the rest over the live weights."""
+    sets = ["engine.mode=adapters", f"engine.lora_targets={targets}"]
+    if refused:
+        with pytest.raises(ConfigError, match=f"without {refused}.*engine.rollout=transformers") as e:
+            load_config("tiny-cpu", sets)
+        assert "\n" not in str(e.value)
+    else:
+        load_config("tiny-cpu", sets)
+    load_config("tiny-cpu", [*sets, "engine.rollout=transformers"])  # no vLLM: no fused layer

@@ -58,10 +58,14 @@ def test_an_engine_that_cannot_sleep_is_never_asked_to() -> None:
     assert llm.calls == [] and sleeper.state == "awake"
 
 
-def test_a_sync_into_a_sleeping_engine_wakes_weights_loads_then_wakes_the_kv_cache() -> None:
+def test_a_sync_into_a_sleeping_engine_wakes_weights_loads_then_wakes_the_kv_cache(monkeypatch) -> None:
+    """The order of a sync into a sleeping engine, torch's cache given back to the GPU between the
+    send (its staging buffer and casts) and the KV cache's wake (CUDA is stood in for: the engine
+    can sleep only there, and ``empty_cache`` is recorded)."""
     from codea1.engine.vllm_local.policy import VLLMRollout
 
     llm = FakeSleepingLLM()
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: llm.calls.append("empty_cache"))
     rollout = VLLMRollout(llm, in_process=True, dtype=torch.float32, sleeps=True)
 
     class FakeSender:  # the transfer itself (vLLM's weight-transfer API) is tested elsewhere
@@ -74,15 +78,49 @@ def test_a_sync_into_a_sleeping_engine_wakes_weights_loads_then_wakes_the_kv_cac
     rollout.load_weights({"w": torch.zeros(2)})
     loaded = [c for c in llm.calls if c.startswith("rpc")]
     assert loaded and llm.calls == [
-        "sleep(1)",
+        "sleep(2)",  # full weights: every sync overwrites them all, nothing is backed up
         "wake_up(weights)",
         *loaded,
+        "empty_cache",
         "wake_up(kv_cache)",
         "reset_prefix_cache",
     ]
     llm.calls.clear()
     rollout.load_weights({"w": torch.ones(2)})  # awake: a sync wakes nothing
     assert not [c for c in llm.calls if c.startswith(("sleep", "wake"))]
+
+
+def test_the_sleep_level_follows_the_kind_of_sync() -> None:
+    """``separate`` mode (full weights, every sync writes them all) sleeps at level 2, which discards
+    the weights instead of copying them to host memory and back; ``adapters`` mode (a sync writes the
+    adapted projections only) at level 1, which keeps the rest."""
+    from codea1.engine.vllm_local.policy import VLLMRollout
+
+    separate, adapters = FakeSleepingLLM(), FakeSleepingLLM()
+    VLLMRollout(separate, in_process=False, dtype=None, sleeps=True).sleeper.sleep()
+    base = {"model.layers.0.self_attn.q_proj.weight": torch.zeros(2, 2)}
+    VLLMRollout(adapters, in_process=False, dtype=None, sleeps=True, base=base).sleeper.sleep()
+    assert (separate.calls, adapters.calls) == (["sleep(2)"], ["sleep(1)"])
+
+
+def test_an_engine_woken_from_level_2_samples_only_after_a_sync() -> None:
+    """Level 2 discards the weights: waking to sample before a sync wrote them is an error, not a
+    rollout from undefined memory; after a sync it samples."""
+    llm = FakeSleepingLLM()
+    sleeper = EngineSleep(llm, enabled=True, level=2)
+    sleeper.sleep()
+    with pytest.raises(RuntimeError, match="before a weight sync"):
+        sleeper.wake()
+    assert llm.calls == ["sleep(2)", "wake_up(weights)"]  # the KV cache stays released
+    sleeper.loaded()
+    sleeper.wake()
+    assert llm.calls[-1] == "wake_up(kv_cache)"
+    one = EngineSleep(FakeSleepingLLM(), enabled=True, level=1)  # level 1 keeps them
+    one.sleep()
+    one.wake()
+    assert one.state == "awake"
+    with pytest.raises(ValueError, match="1 or 2"):
+        EngineSleep(llm, enabled=True, level=3)
 
 
 class FakeLearner:
@@ -102,7 +140,7 @@ def test_the_local_learners_put_every_engine_to_sleep_before_they_compute() -> N
     assert len(coder.before_work) == len(tester.before_work) == 2
     for hook in coder.before_work:
         hook()
-    assert calls == ["sleep(1)", "sleep(1)"]
+    assert calls == ["sleep(2)", "sleep(2)"]  # separate mode: full weights, level 2
     shared = type("Roles", (), {"coder_learner": coder, "tester_learner": coder})()
     sleep_before_learners(shared, engines[:1])
     assert len(coder.before_work) == 3  # one learner playing both roles gets the hook once

@@ -26,8 +26,10 @@ def test_cpu_gets_the_buckets_and_cuda_gets_vllms_own_backends() -> None:
     assert select_backend(cuda=True) == "ipc"  # the local backend: learners and engine on one GPU
     assert select_backend(cuda=True, placement="split") == "nccl"
     assert select_backend(cuda=True, placement="colocate") == "ipc"
-    # a replica with no learner rank on its GPU has no IPC handle to open
-    assert select_backend(cuda=True, placement="colocate", learner_on_every_gpu=False) == "nccl"
+    # replicas beyond the learner ranks: IPC cannot reach those on GPUs of their own, and NCCL would
+    # join learner rank 0 and replica 0 on one GPU (the configuration refuses the layout first)
+    with pytest.raises(ValueError, match="one GPU"):
+        select_backend(cuda=True, placement="colocate", learner_on_every_gpu=False)
     # adapters mode: the replicas merge into a base held on the host
     assert select_backend(cuda=True, placement="split", full_weights=False) == BUCKETS_BACKEND
 

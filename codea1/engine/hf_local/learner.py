@@ -52,7 +52,7 @@ from codea1.engine.hf_local.sharded_state import (
     save_sharded_optimizer,
 )
 from codea1.engine.host_memory import release_free_heap
-from codea1.engine.loading import pick_dtype
+from codea1.engine.loading import pick_device, pick_dtype
 
 WEIGHTS_FILE = "weights.safetensors"
 STATE_FILE = "optimizer.pt"
@@ -237,7 +237,7 @@ class HFLearner:
         params = weights.trainable()
         if not params:
             raise ValueError("the role has no trainable parameters")
-        device = next(iter(params.values())).device
+        device = pick_device(engine.device)  # where the role's model was loaded
         compute = master_weights_compute_dtype(device, pick_dtype(engine.dtype, device))
         return cls(
             weights, optim, total_steps, temperature=temperature, pad_id=pad_id,

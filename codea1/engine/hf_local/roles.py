@@ -90,12 +90,17 @@ def build_roles(
             weights, optim, total_steps, engine_cfg, loss, temperature=temperature, pad_id=pad_id
         )
 
+    def policy(model: Any, trained: HFLearner, tokenizer: Any, role: str) -> HFPolicy:
+        # the policy reads its eos ids before it samples; then, where the learner keeps fp32 master
+        # weights of a bf16 run (CUDA), it samples from a bf16 copy of them (ModuleRollout)
+        made = HFPolicy(ModuleRollout(model), tokenizer, batch_size, role)
+        made.rollout.sample_dtype = trained.compute_dtype
+        return made
+
     if engine_cfg.mode == "separate":
         coder_w = FullWeights(model, keep_reference)
-        coder = (
-            HFPolicy(ModuleRollout(model), tok, batch_size, "coder"),
-            learner(coder_w, coder_optim, temperature_coder, tok),
-        )
+        coder_learner = learner(coder_w, coder_optim, temperature_coder, tok)
+        coder = (policy(model, coder_learner, tok, "coder"), coder_learner)
         if shared:
             return LocalRoles(coder[0], coder[1], coder[0], coder[1], tok)
         if tester_spec == engine_cfg.coder_model:  # same start: the roles share one frozen reference
@@ -104,10 +109,8 @@ def build_roles(
         else:
             tester_model, tester_tok = load_trainable(engine_cfg, tester_spec)
             tester_w = FullWeights(tester_model, keep_reference)
-        tester = (
-            HFPolicy(ModuleRollout(tester_model), tester_tok, batch_size, "tester"),
-            learner(tester_w, tester_optim, temperature_tester, tester_tok),
-        )
+        tester_learner = learner(tester_w, tester_optim, temperature_tester, tester_tok)
+        tester = (policy(tester_model, tester_learner, tester_tok, "tester"), tester_learner)
         return LocalRoles(coder[0], coder[1], tester[0], tester[1], tok)
 
     if tester_spec != engine_cfg.coder_model:

@@ -104,15 +104,25 @@ class AdapterWeights:
 
 class ModuleRollout:
     """Samples from one plain causal LM: in ``separate`` mode the trained module itself (so loading
-    the learner's own tensors copies nothing), in evaluation a frozen model."""
+    the learner's own tensors copies nothing), in evaluation a frozen model.
 
-    def __init__(self, model: Any) -> None:
+    ``sample_dtype``: the dtype to sample in when the module trains in another (the local learner's
+    fp32 master weights of a bf16 run on CUDA, ``HFLearner.compute_dtype``): each :meth:`model_for`
+    then gives a frozen copy in that dtype, made for the call and freed with it, so ``generate``
+    computes and keeps its KV cache in bf16 rather than fp32 (the copy is the size autocast's weight
+    cache would be; ``memory.transformers_rollout_bytes`` plans both)."""
+
+    def __init__(self, model: Any, sample_dtype: torch.dtype | None = None) -> None:
         self.model = model
+        self.sample_dtype = sample_dtype
 
     def model_for(self, role: str) -> Any:
-        """The module to sample from."""
+        """The module to sample from: the module itself, or its copy in ``sample_dtype``."""
         del role
-        return self.model
+        dtype = next(self.model.parameters()).dtype
+        if self.sample_dtype is None or dtype == self.sample_dtype:
+            return self.model
+        return _frozen_copy(self.model, self.sample_dtype)
 
     def load_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
         """Copy ``weights`` into the module (tensors that are already its own are skipped)."""

@@ -9,7 +9,10 @@ policy's, from the object store, or, with vLLM's ``nccl`` / ``ipc`` weight-trans
 replica's vLLM weight-transfer methods. A vLLM replica loads no weights of its own: the engine reads them,
 the eos ids come from the model's generation config, and the frozen base of ``adapters`` mode is
 kept on the CPU; on CUDA the engine starts with the budget of its GPU's plan
-(``vllm_local.roles.replica_budget``).
+(``vllm_local.roles.replica_budget``). The engine starts in the replica actor's own process
+(``vllm_local.roles.start_engine``), which with ``ipc`` sets ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``
+there first (``roles.IPC_ENVIRONMENT``): the learner rank's CUDA-IPC handles reach the replica through
+Ray, then its engine core through vLLM's msgpack RPC.
 
 Imports: torch, transformers (generation config), config, engine.base, engine.hf_local,
 engine.vllm_local, engine.loading, this package's transfer.
@@ -124,8 +127,9 @@ class RolloutReplica:
         return self.sleeps
 
     def sleep(self) -> None:
-        """Free the GPU memory of the engine (``LLM.sleep(level=1)``: weights to host memory, KV
-        cache dropped) while colocated learner ranks update; vLLM on CUDA only (``sleep_mode``)."""
+        """Free the GPU memory of the engine (``LLM.sleep``: KV cache dropped, weights discarded in
+        ``separate`` mode, level 2, or backed up in host memory in ``adapters`` mode, level 1) while
+        colocated learner ranks update; vLLM on CUDA only (``sleep_mode``)."""
         self.rollout.sleeper.sleep()
 
     def wake(self) -> None:
@@ -160,6 +164,7 @@ class RolloutReplica:
     def finish_weight_update(self) -> None:
         """Close the round; cached prompt KV was computed with the old weights."""
         self.rollout.llm.finish_weight_update()
+        self.rollout.sleeper.loaded()  # vLLM's nccl / ipc rounds carry every weight (separate mode)
         self.rollout.llm.reset_prefix_cache()
 
     def load_weights(self, weights: Mapping[str, torch.Tensor]) -> dict[str, float]:

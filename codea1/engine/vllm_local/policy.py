@@ -28,7 +28,7 @@ from codea1.core.seeds import request_seed
 from codea1.engine.base import ChatTemplatePrompts, Completion, SamplingParams
 from codea1.engine.host_memory import release_free_heap
 from codea1.engine.lora import lora_deltas, merged_weights
-from codea1.engine.sleep_mode import EngineSleep
+from codea1.engine.sleep_mode import EngineSleep, sleep_level
 from codea1.engine.vllm_local.weight_sync import BUCKET_BYTES, BUCKETS_BACKEND
 
 
@@ -45,7 +45,10 @@ class VLLMRollout:
     received, in the dtype they travelled in), ``tensors`` and ``buckets`` (0 in-process: one call,
     no copy; 0 with ``ipc``).
     ``sleeps`` (an engine started with ``enable_sleep_mode`` beside learners on CUDA) lets
-    ``sleeper`` put it to sleep; every sync and rollout wakes what it needs first.
+    ``sleeper`` put it to sleep, at level 2 when it holds full weights (every sync writes them all)
+    and level 1 in ``adapters`` mode (``sleep_mode.sleep_level``); every sync and rollout wakes what
+    it needs first, and a sync gives torch's cached blocks back to the GPU (the staging buffer, the
+    cast copies) before the KV cache wakes.
     """
 
     def __init__(
@@ -63,7 +66,7 @@ class VLLMRollout:
         self.llm = llm
         self.backend = backend or engine_backend(llm)
         self.sender: Any = None
-        self.sleeper = EngineSleep(llm, enabled=sleeps)
+        self.sleeper = EngineSleep(llm, enabled=sleeps, level=sleep_level(full_syncs=base is None))
         self.in_process = in_process
         self.base = base
         self.lora_scale = lora_scale
@@ -115,6 +118,10 @@ class VLLMRollout:
         start = time.perf_counter()
         self.sleeper.wake_weights()  # asleep: the weights come back, the KV cache stays released
         sent, count = self._sender().send(weights, None if self.in_process else self.dtype)
+        if self.base is None:
+            self.sleeper.loaded()  # full weights: a level-2 wake's weights are defined again
+        if self.sleeper.enabled:  # the send's staging buffer and casts, back to the GPU for the KV cache
+            torch.cuda.empty_cache()
         self.sleeper.wake_kv_cache()  # then the KV cache (vLLM's order: weights, sync, kv_cache)
         self.llm.reset_prefix_cache()  # cached prompt KV was computed with the old weights
         seconds = time.perf_counter() - start

@@ -56,6 +56,16 @@ CPU_ENVIRONMENT = {
     "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
 }
 """Set (unless already set) before a CPU engine starts: in-process engine, no core held back."""
+IPC_ENVIRONMENT = {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
+"""Set before an engine with vLLM's ``ipc`` weight transfer starts (CUDA only), in the process that
+starts it (the trainer's, or a Ray replica actor's), whose engine-core process inherits it. The
+update's CUDA-IPC handles (``torch.multiprocessing.reductions.reduce_tensor``'s arguments: classes,
+a ``torch.dtype``) reach the engine core through vLLM's msgpack RPC (``vllm/v1/serial_utils.py``),
+which pickles them only with this switch, and the engine core caches its environment when it
+starts; vLLM's own ``examples/rl/rlhf_ipc.py`` sets it for the same reason. The pickled messages
+travel only between this process and its engine core, over sockets in a directory of this process's
+own (``ipc_dir``). Never set for the CPU's ``codea1_buckets`` or for ``nccl``, whose messages
+msgpack carries as they are."""
 CPU_MIN_BATCHED_TOKENS = 4096
 """vLLM's own default token budget of one CPU scheduling step."""
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -195,12 +205,15 @@ def start_engine(
     """A ``vllm.LLM`` for the model at ``location`` (processed log-probs, seeded from the run) with
     :func:`engine_args`; ``budget`` (CUDA) is the engine's part of its GPU, ``sleep_mode`` (CUDA
     only) lets it free its GPU memory between rollouts (``LLM.sleep``), ``transfer_backend`` is its
-    weight-transfer backend (default: the local backend's, ``weight_sync.select_backend``)."""
+    weight-transfer backend (default: the local backend's, ``weight_sync.select_backend``); with
+    ``ipc`` this process's environment gets :data:`IPC_ENVIRONMENT` first."""
     from transformers import AutoConfig
 
     if in_process:
         for key, value in CPU_ENVIRONMENT.items():
             os.environ.setdefault(key, value)
+    if (transfer_backend or select_backend(cuda=not in_process)) == "ipc":
+        os.environ.update(IPC_ENVIRONMENT)
     from codea1.engine.vllm_local.available import vllm_import_error
 
     error = vllm_import_error()

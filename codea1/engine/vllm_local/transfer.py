@@ -17,6 +17,7 @@ Imports: torch, vllm (weight transfer), this package's bucket_engine and weight_
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -25,7 +26,13 @@ from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource, mater
 from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
 
 from codea1.engine.vllm_local.bucket_engine import BucketTrainerEngine, BucketTrainerInitInfo
-from codea1.engine.vllm_local.weight_sync import BUCKET_BYTES, BUCKETS_BACKEND, wire_bytes, wire_dtype
+from codea1.engine.vllm_local.weight_sync import (
+    BUCKET_BYTES,
+    BUCKETS_BACKEND,
+    staging_bytes,
+    wire_bytes,
+    wire_dtype,
+)
 
 
 class LLMClient:
@@ -82,8 +89,8 @@ class TensorSource(WeightSource):
 
 def trainer_init_info(backend: str, *, rank: int = 0, bucket_bytes: int = BUCKET_BYTES, **fields: Any) -> Any:
     """The trainer init info of ``backend`` (its ``backend`` class attribute is the factory's key).
-    ``codea1_buckets`` takes ``in_process``; ``ipc`` is packed in buffers of
-    ``bucket_bytes``; ``nccl`` needs ``master_address``, ``master_port`` and ``world_size``."""
+    ``codea1_buckets`` takes ``in_process``; ``ipc`` is packed in a staging buffer of
+    ``bucket_bytes`` (:class:`Sender` grows it to a round's largest tensor); ``nccl`` needs ``master_address``, ``master_port`` and ``world_size``."""
     if backend == BUCKETS_BACKEND:
         return BucketTrainerInitInfo(rank=rank, bucket_bytes=bucket_bytes, **fields)
     if backend == "ipc":
@@ -102,7 +109,10 @@ class Sender:
     (the handshake; on the first :meth:`send` at the latest), then one update round per call.
 
     ``send`` returns (bytes of the round's tensors in their wire dtype, chunks: ``codea1_buckets``'
-    buckets across processes, else 0).
+    buckets across processes, else 0). With ``ipc`` the staging buffer holds at least the round's
+    largest tensor in its wire dtype (``weight_sync.staging_bytes``): a round with a larger one
+    than the open engine's buffer reopens it with a buffer that fits (IPC has no rendezvous to redo;
+    every rank of a sharded trainer sees the same shapes and decides alike).
     """
 
     def __init__(self, client: Any, init_info: Any, *, device: Any = None) -> None:
@@ -123,6 +133,8 @@ class Sender:
     def send(self, weights: Mapping[str, torch.Tensor], dtype: torch.dtype | None) -> tuple[int, int]:
         """One update round of ``weights``, floating-point tensors in ``dtype`` (their own when
         None; in-process they go as they are). All ranks of a sharded trainer call it."""
+        if self.backend == "ipc":
+            self._fit_staging_buffer(weights, dtype)
         self.open()
         if isinstance(self.engine, BucketTrainerEngine):
             self.engine.send(weights, dtype)
@@ -130,6 +142,14 @@ class Sender:
         self.source.weights, self.source.dtype = weights, dtype
         self.engine.send_weights()
         return self.source.nbytes(), 0
+
+    def _fit_staging_buffer(self, weights: Mapping[str, torch.Tensor], dtype: torch.dtype | None) -> None:
+        """Grow the ``ipc`` staging buffer to the round's largest tensor in its wire dtype."""
+        size = int(self.init_info.packed_buffer_size_bytes)
+        need = staging_bytes(weights, dtype, size)
+        if need > size:
+            self.close()
+            self.init_info = dataclasses.replace(self.init_info, packed_buffer_size_bytes=need)
 
     def close(self) -> None:
         """Release the trainer engine's communicators."""

@@ -39,7 +39,10 @@ REGISTERING_EXTENSION = "codea1.engine.vllm_local.bucket_engine.RegistersBucketE
 """The ``worker_extension_cls`` of an engine that uses :data:`BUCKETS_BACKEND` across processes: its
 import registers the engine in vLLM's worker process (``bucket_engine``)."""
 BUCKET_BYTES = 256 << 20
-"""Default upper bound of one bucket (a single larger tensor is sent alone)."""
+"""Default upper bound of one bucket (a single larger tensor is sent alone). vLLM's packed ``ipc``
+producer refuses a tensor larger than its staging buffer instead: :func:`staging_bytes` grows the
+buffer to the largest tensor of a round (a paper model's bf16 embedding is 467 MB at 1.5B, 622 MB
+at 3B, 1.09 GB at 7B)."""
 ALIGN = 64
 """Byte alignment of each tensor inside a packed bucket."""
 
@@ -62,7 +65,8 @@ def select_backend(
     ``colocate``). ``full_weights``: the trainer sends full weights from a learner on the GPU (Ray
     ``adapters`` replicas merge on the host instead). ``learner_on_every_gpu``: under ``colocate``,
     every replica shares its GPU with a learner rank (``rollout_replicas <= learner_workers``), which
-    CUDA IPC needs; otherwise the replicas are reached by NCCL.
+    CUDA IPC needs; a ``colocate`` layout without it is a ``ValueError``: NCCL needs every rank on a
+    device of its own, and replica ``i`` shares learner rank ``i``'s GPU (``ray_cluster.placement``).
     """
     if not cuda:
         return BUCKETS_BACKEND
@@ -70,7 +74,12 @@ def select_backend(
         return "ipc"
     if not full_weights:
         return BUCKETS_BACKEND
-    if placement == "colocate" and learner_on_every_gpu:
+    if placement == "colocate":
+        if not learner_on_every_gpu:  # config.check_invariants refuses this layout first
+            raise ValueError(
+                "placement colocate with more replicas than learner ranks: NCCL would join learner rank 0 "
+                "and replica 0 on one GPU, and CUDA IPC cannot reach the replicas on GPUs of their own"
+            )
         return "ipc"
     return "nccl"
 
@@ -83,6 +92,19 @@ def wire_dtype(tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.dtype:
 def wire_bytes(tensor: torch.Tensor, dtype: torch.dtype | None) -> int:
     """Bytes of ``tensor`` in the dtype it travels in."""
     return tensor.numel() * wire_dtype(tensor, dtype).itemsize
+
+
+def largest_wire_bytes(weights: Mapping[str, torch.Tensor], dtype: torch.dtype | None) -> int:
+    """Bytes of the largest tensor of ``weights`` in the dtype it travels in (0 when there is none);
+    a sharded (FSDP2 DTensor) tensor counts whole, as it is gathered before it is sent."""
+    return max((wire_bytes(t, dtype) for t in weights.values()), default=0)
+
+
+def staging_bytes(weights: Mapping[str, torch.Tensor], dtype: torch.dtype | None, bucket_bytes: int) -> int:
+    """The staging buffer of vLLM's packed transfer for ``weights``: ``bucket_bytes``, or the largest
+    tensor in its wire dtype when that is larger (vLLM's ``packed_ipc_producer`` raises
+    ``ValueError`` for a tensor larger than its buffer)."""
+    return max(bucket_bytes, largest_wire_bytes(weights, dtype))
 
 
 def buckets(
