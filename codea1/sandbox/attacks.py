@@ -47,6 +47,8 @@ class Attack:
     harness: str = ""
     """A check of its own (harness mode only; else :data:`HARNESS`): its verdict must be in ``verdicts``."""
     check_cpu_s: float = 0.5
+    question_names: frozenset[str] | None = None
+    """The names the question provides (``GridJob.question_names``); None: not checked."""
 
 
 def _a(name: str, code: str, verdicts: set[str], **kw: Any) -> Attack:
@@ -406,6 +408,42 @@ builtin the test calls, and a float where an int is expected (each wrong code mu
 honest object results that must pass."""
 # --- end of issue 45, items 1, 5, 6, 7 ---
 
+# --- issue 45, items 2 and 4: outcomes that are not behaviour, the mutation term and introspection ---
+_ECHO = "def f(s):\n    return s\n"
+_HELPER_REF = "def helper(x):\n    return x * 2\ndef f(x):\n    return helper(x) + 1\n"
+_FRAME = "next((g := (g.gi_frame.f_back for _ in [1])))"
+_BYTECODE = f"{_FRAME}.f_builtins['getattr']({_FRAME}.f_back.f_back.f_back.f_locals['scope'].ns['f'], '__code__').co_code"
+BEHAVIOUR_ATTACKS: tuple[Attack, ...] = (
+    _a("test_identity_of_results", "def f(n):\n    return [n]\n", {"invalid"},
+       reference="import functools\n@functools.lru_cache\ndef f(n):\n    return [n]\n",
+       tests=(("bool(f(300) is f(300))", "True"),), oracle={"invalid"}),
+    _a("test_address_of_an_object", _ECHO, {"invalid"}, reference=_ECHO,
+       tests=(("f(repr(object()))", "''"), ("f(str(lambda: 0))", "''")), oracle={"invalid"}),
+    _a("test_default_repr_of_a_result", _NODE + "def f(x):\n    return Node(x)\n", {"invalid"},
+       reference=_NODE + "def f(x):\n    return Node(x)\n", tests=(("repr(f(1))", "''"),), oracle={"invalid"}),
+    _a("test_name_only_the_reference_defines", "def f(x):\n    return 2 * x + 1\n", {"invalid"},
+       reference=_HELPER_REF, tests=(("f(helper(1))", "5"),), oracle={"invalid"},
+       question_names=frozenset({"f"})),
+    _a("test_recursed_before_the_call", "def f(n):\n    return 0 if n == 0 else 1 + f(n - 1)\n", {"pass"},
+       reference="def f(n):\n    return n\n",
+       tests=(("(lambda g: g(g, 900))(lambda g, k: g(g, k - 1) if k else f(95))", "95"),)),
+    _a("test_honest_strings_and_question_helpers", _HELPER_REF, {"pass"}, reference=_HELPER_REF,
+       tests=(("f(helper(1))", "5"), ("f(len(repr([1, 2])))", "13"), ("f(int(str(3) * 2))", "67")),
+       question_names=frozenset({"f", "helper"})),
+    _a("mutant_killed_by_reading_bytecode", "def f(x):\n    return x + 2\n", {"invalid"},
+       tests=((f"f(len({_BYTECODE}) + sum({_BYTECODE}))", f"len({_BYTECODE}) + sum({_BYTECODE}) + 1"),),
+       oracle={"invalid"}),
+    _a("mutant_killed_by_an_honest_test", "def f(x):\n    return x + 2\n", {"fail"},
+       tests=(("f(1)", "2"), ("f(-3)", "-2"))),
+)  # fmt: skip
+"""Outcomes that are not what the function does: whether two results are one object, the address
+of an object (made by the test, or in a result's default repr), a name only the reference defines
+(oracle ``invalid``); a test that recursed 900 frames before calling a correct recursive candidate
+(it now passes: the entry point gets back the depth the test took); honest strings and a helper
+the question provides (pass). And the mutation term's question: a test that reads the bytecode
+"kills" a mutant of the reference (``x + 2``); it is invalid, while an honest test kills it."""
+# --- end of issue 45, items 2 and 4 ---
+
 _LOOP = "    while True:\n        pass\n"
 ATTACKS: tuple[Attack, ...] = (
     (
@@ -608,6 +646,7 @@ ATTACKS: tuple[Attack, ...] = (
     + NAMESPACE_ATTACKS
     + TEST_SIDE_ATTACKS
     + SCOPE_ATTACKS
+    + BEHAVIOUR_ATTACKS
 )
 
 HARNESS = "def check(candidate):\n    assert candidate(1) == 2\n    assert candidate(1)\n"
@@ -846,7 +885,14 @@ def attack_jobs(probe: HostProbe, attacks: tuple[Attack, ...] = ATTACKS) -> list
     for i, attack in enumerate(attacks):
         tests = tuple(TestCase(probe.fill(c), probe.fill(p)) for c, p in attack.tests)
         jobs.append(
-            GridJob(f"attack/{attack.name}", attack.reference, "f", (probe.fill(attack.code),), tests)
+            GridJob(
+                f"attack/{attack.name}",
+                attack.reference,
+                "f",
+                (probe.fill(attack.code),),
+                tests,
+                attack.question_names,
+            )  # fmt: skip
         )
         ref, entry, codes = NEIGHBOURS[i % len(NEIGHBOURS)]
         ntests = tuple(TestCase(c, p) for c, p in NEIGHBOUR_TESTS[entry])
