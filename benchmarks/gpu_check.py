@@ -34,9 +34,13 @@ print detail lines under it; the ``s`` column is its wall time.
   gradients. Measured: the allocator's peak above what was allocated before (activations, compute
   copies); predicted: ``codea1.engine.memory.learner_memory``'s activations plus FSDP2 buffers (Ray)
   or autocast copy (local), the terms ``cluster_memory.py`` prints. PASS when measured <= predicted
-  for both roles of all six presets. The training state is not measured (a 7B rank's fp32 state is
-  meant for 4 GPUs); the dtype of the layers' inputs (what the checkpoints hold) is shown. N/A on
-  CPU and with ``--tiny``, where the same passes run at 1/256 of the lengths.
+  for both roles of every preset that fits the GPU. The training state is not measured (a 7B rank's
+  fp32 state is meant for 4 GPUs); the dtype of the layers' inputs (what the checkpoints hold) is
+  shown. A preset whose world-size-1 learner would not fit the GPU by the plan (fp32 weights and
+  gradients, the worst micro-batch, the allowance, over the GPU less 5 %: ``paper-7b`` and
+  ``paper-7b-ray`` on an 80 GB H100, about 107 and 92 GiB) is an N/A row saying so, never built
+  (``--gpu-gib`` plans another size). N/A on CPU and with ``--tiny``, where the same passes run at
+  1/256 of the lengths.
 * **(d) weight sync**: at the 1.5B shape on a Ray rank, the rank side of a sync timed in its parts
   (cast the fp32 shards to bf16, gather each tensor whole, copy to the CPU), then whole as the learner
   does it (``sharded_state.full_tensors(params, bf16)``), then ``LearnerWorker.named_weights``, and,
@@ -122,7 +126,7 @@ from codea1.engine.hf_local.policy import HFPolicy
 from codea1.engine.hf_local.sharded_state import full_tensors, is_sharded
 from codea1.engine.hf_local.weights import FullWeights, ModuleRollout
 from codea1.engine.loading import pick_device, pick_dtype
-from codea1.engine.memory import GIB, LEARNER_OVERHEAD_GIB, ModelShape, learner_memory
+from codea1.engine.memory import GIB, HEADROOM_FRACTION, LEARNER_OVERHEAD_GIB, ModelShape, learner_memory
 from codea1.engine.ray_cluster import learner_worker
 from codea1.scoring import bind_policy_loss
 
@@ -211,6 +215,8 @@ class Run:
     tiny: bool
     budget_s: float
     simulate_failure: str = ""
+    gpu_gib: float = 0.0
+    """The GPU's memory for (c)'s fit (0: the device's own)."""
     started: float = field(default_factory=time.perf_counter)
 
     @property
@@ -232,6 +238,12 @@ class Run:
     def big(self) -> ModelShape:
         """The shape of the memory and cost checks (the 1.5B's)."""
         return TINY if self.tiny or not self.cuda else MODEL_1_5B
+
+    def device_gib(self) -> float:
+        """The GPU's memory in GiB (``--gpu-gib`` where given)."""
+        if self.gpu_gib:
+            return self.gpu_gib
+        return torch.cuda.get_device_properties(self.device).total_memory / GIB
 
     def model_of(self, cfg: RunConfig) -> ModelShape:
         """The shape of a preset's model (tiny on CPU or with ``--tiny``)."""
@@ -361,19 +373,22 @@ def ray_rank(
 ) -> Iterator[learner_worker.LearnerWorker]:
     """The Ray backend's learner rank, built by ``LearnerWorker.setup`` as the actor builds it, in a
     one-rank process group of its own (nccl on CUDA, gloo on CPU), over a random-init model of
-    ``shape`` instead of the files the configuration names; closed (group destroyed) on exit."""
+    ``shape`` instead of the files the configuration names (the structure on the meta device, the
+    weights rank 0 broadcasts built on the device); closed (group destroyed) on exit."""
     worker = learner_worker.LearnerWorker(copy.deepcopy(cfg), role, rank=0, world=1, shared=False)
 
-    def random_init(engine: Any, spec: str) -> tuple[Any, Any]:
-        device = pick_device(engine.device)
-        model = build_model(
-            shape, device, pick_dtype(engine.dtype, device), seed, engine.gradient_checkpointing
-        )
+    def structure(engine: Any, spec: str) -> tuple[Any, Any]:  # sharded_load.empty_model's part
+        dtype = pick_dtype(engine.dtype, pick_device(engine.device))
+        model = build_model(shape, torch.device("meta"), dtype, seed, engine.gradient_checkpointing)
         return model, TokenIdText(shape.vocab)
 
-    original = learner_worker.load_trainable
+    def weights(engine: Any, spec: str) -> Any:  # sharded_load.full_weights': rank 0's whole copy
+        device = pick_device(engine.device)  # built on the device: a 7B model in seconds, not minutes
+        return build_model(shape, device, pick_dtype(engine.dtype, device), seed, checkpointing=False)
+
+    originals = (learner_worker.empty_model, learner_worker.full_weights)
     try:
-        learner_worker.load_trainable = random_init
+        learner_worker.empty_model, learner_worker.full_weights = structure, weights
         try:
             worker.setup(
                 ("127.0.0.1", free_port()),
@@ -381,7 +396,7 @@ def ray_rank(
                 TOTAL_STEPS,
             )
         finally:
-            learner_worker.load_trainable = original
+            learner_worker.empty_model, learner_worker.full_weights = originals
         yield worker
     finally:
         worker.close()
@@ -799,13 +814,51 @@ def micro_pass(learner: HFLearner, batch: TrainBatch, loss_fn: Any) -> None:
         model.eval()
 
 
+def world_one_gib(cfg: RunConfig, shape: ModelShape) -> tuple[float, str]:
+    """What (c) holds on its one GPU at its peak, by the plan: the learner's fp32 weights and
+    gradients at world size 1 (no AdamW state: no optimizer step), the larger role's worst
+    micro-batch (activations, compute copies) and the learner allowance; and the parts, in words."""
+    states = 8 * shape.params / GIB
+    work = max(
+        learner_memory(cfg, r, shape).activations + learner_memory(cfg, r, shape).fsdp_buffers
+        for r in ("coder", "tester")
+    )
+    total = states + work + LEARNER_OVERHEAD_GIB
+    return (
+        total,
+        f"fp32 weights and gradients {states:.1f} + worst micro-batch {work:.1f} + allowance {LEARNER_OVERHEAD_GIB:g}",
+    )
+
+
+def too_big(run: Run, cfg: RunConfig, shape: ModelShape, preset: str) -> Row | None:
+    """An N/A row when ``preset``'s (c) would not fit the device by the plan (:func:`world_one_gib`
+    over the device's memory less :data:`~codea1.engine.memory.HEADROOM_FRACTION`), else None;
+    never on a CPU or with ``--tiny`` (tiny models)."""
+    if not run.cuda or run.tiny:
+        return None
+    total = run.device_gib()
+    need, parts = world_one_gib(cfg, shape)
+    if need <= total * (1 - HEADROOM_FRACTION):
+        return None
+    value = (
+        f"does not fit one {total:.1f} GiB GPU at world size 1: planned {need:.1f} GiB ({parts}); "
+        "not run (on the reference node a rank holds a quarter of the states)"
+    )
+    how = "codea1.engine.memory.learner_memory at world size 1 vs torch.cuda.get_device_properties"
+    return Row(f"(c) {preset}", "N/A", value, how, data={"planned_gib": need, "device_gib": total})
+
+
 def measure_preset(run: Run, preset: str) -> Row:
-    """(c) for one preset: its learner at world size 1, the worst micro-batch of each role."""
+    """(c) for one preset: its learner at world size 1, the worst micro-batch of each role; an N/A
+    row from the plan, without building anything, where that would not fit the device."""
     real = run.cuda and not run.tiny  # the paper models at the presets' lengths
     overrides = ["loss.kl_coef=0", *([] if real else scaled_lengths(preset, CPU_SCALE))]
     cfg = preset_config(run, preset, overrides)
     plan_cfg = preset_config(run, preset, overrides)  # setup changes engine.dtype in its copy only
     shape = run.model_of(cfg)
+    skipped = too_big(run, plan_cfg, shape, preset)
+    if skipped is not None:
+        return skipped
     loss_fn = bind_policy_loss(cfg.loss)
     ray = cfg.engine.backend == "ray"
     with contextlib.ExitStack() as stack:
@@ -896,7 +949,12 @@ def check_memory_plan(run: Run) -> Outcome:
         why = "CPU: no allocator peak" if not run.cuda else "--tiny"
         return Outcome("N/A", f"{why} (details below)", how, details, data)
     how = "worst micro-batch of each role's token budget, allocator peak vs codea1.engine.memory"
-    return Outcome("PASS", f"measured <= predicted for all {len(details)} presets", how, details, data)
+    ran = [r for r in details if r.verdict == "PASS"]
+    big = [r.name.removeprefix("(c) ") for r in details if r.verdict == "N/A"]
+    value = f"measured <= predicted for {len(ran)} presets"
+    if big:
+        value += f"; {', '.join(big)}: do not fit this GPU at world size 1 (by the plan; not run)"
+    return Outcome("PASS", value, how, details, data)
 
 
 # ---- (d) the weight sync ------------------------------------------------------------------------
@@ -1319,6 +1377,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--budget-s", type=float, default=BUDGET_S, help="start no check after this many seconds")
     ap.add_argument("--out", default=os.environ.get("OUT", ""), help="directory for gpu_check.json ($OUT)")
+    ap.add_argument(
+        "--gpu-gib", type=float, default=0.0, help="the GPU's memory for (c)'s fit (default: the device's)"
+    )
     ap.add_argument("--simulate-failure", default="", metavar="CHECK", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     keys = [k for k, _, _ in CHECKS]
@@ -1327,6 +1388,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"gpu_check: --only takes {', '.join(keys)}; unknown: {', '.join(unknown)}", file=sys.stderr)
         return 2
+    if args.gpu_gib < 0:
+        print(f"gpu_check: --gpu-gib must be positive, got {args.gpu_gib:g}", file=sys.stderr)
+        return 2
     device = parse_device(args.device)
     if isinstance(device, str):
         print(f"gpu_check: {device}", file=sys.stderr)
@@ -1334,7 +1398,7 @@ def main(argv: list[str] | None = None) -> int:
     import peft
     import transformers
 
-    run = Run(device, args.tiny, args.budget_s, args.simulate_failure)
+    run = Run(device, args.tiny, args.budget_s, args.simulate_failure, args.gpu_gib)
     name = torch.cuda.get_device_name(device) if run.cuda else "cpu"
     memory = f", {torch.cuda.get_device_properties(device).total_memory / GIB:.1f} GiB" if run.cuda else ""
     result: dict[str, Any] = {

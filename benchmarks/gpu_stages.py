@@ -1,11 +1,14 @@
 """The stages of ``scripts/gpu_check.sh`` on a lent GPU machine, one table of what passed.
 
-The machine this is sized for: one H200 with torch, transformers, peft, accelerate, safetensors,
+The machine this is sized for: one H100 (about 78 GiB; an H200 the same) with torch, transformers,
+peft, accelerate, safetensors,
 pyarrow, matplotlib, tensorboard, rich, numpy, pyyaml, tokenizers, coverage, pytest, setuptools and
 psutil (:data:`MACHINE_PACKAGES`), **no vLLM, no Ray, no gguf, no internet**, and at most 64 MiB of
 carried files. What it lacks comes in ``.gpu_carry/`` (git-ignored), written here on a CPU by
 ``--prepare``: SmolLM2's tokenizer files (``tokenizer/``, 3.5 MB) and the pure-Python ``gguf`` wheel
-(``wheels/``, 120 KB). The stages, in the order they run (:func:`stages`):
+(``wheels/``, 120 KB); the demo model's GGUF (94 MiB) is over the limit, so the train stage builds
+a random-init model of its shape. ``--prepare`` prints the folder's size and fails above 64 MiB.
+The stages, in the order they run (:func:`stages`):
 
 * ``env`` (info): the GPU, torch/transformers/peft versions, which of vllm, ray and gguf import.
 * ``install``: ``pip install --no-deps --no-build-isolation --no-index --target $WORK/site`` of the
@@ -25,14 +28,22 @@ carried files. What it lacks comes in ``.gpu_carry/`` (git-ignored), written her
 * ``engine``: ``benchmarks/gpu_check.py`` (its docstring says what each check means), with the time
   left (``--budget-s`` less 40 s): its rows join the table.
 
-Every stage is a subprocess with a time limit, and no stage starts after ``--budget-s`` (450 s; the
-shell script stops everything at 480). The table (``| check | verdict | value | how | s |``) is
-printed to stdout once, at the end; progress and each stage's output go to stderr, and with
-``--out`` (default ``$OUT``) ``gpu_check.json`` (every row and number), ``gpu_check.md`` (the table)
-and ``logs/`` are rewritten after each stage. Exit status 1 when a row says FAIL, 2 on bad input.
+**Two device calls** (:data:`CALLS`; the lent machine gives 15 minutes in all, 5 a call leaves time
+to rerun one): ``--call 1`` runs env, install, sandbox and the train stages, ``--call 2`` env and the
+engine checks, each within :data:`CALL_BUDGET_S` (270 s; the shell script sends SIGTERM at 285 s,
+which writes the table and the logs, and SIGKILL 10 s later, within the call's 300 s).
 
-``--dry-run`` prints the stages, their commands and the carried files, and runs nothing (no torch
-import). ``--device cpu --tiny`` runs the same stages on a CPU with a tiny model (the train stage in
+Every stage is a subprocess with a time limit, and no stage starts after ``--budget-s`` (450 s for
+every stage at once; the shell script stops that at 480). The table (``| check | verdict | value |
+how | s |``) is printed to stdout once, at the end; progress and each stage's output go to stderr,
+and with ``--out`` (default ``$OUT``) three files (:data:`OUT_FILES`, of the 8 a call brings back)
+are rewritten after each stage: ``gpu_check.json`` (every row and number), ``gpu_check.md`` (the
+table) and ``gpu_check-logs.tar.gz`` (every command's log, ``logs/NAME.log``). Exit status 1 when a
+row says FAIL, 124 when stopped by SIGTERM, 2 on bad input.
+
+``--dry-run`` prints the device calls to make (command, carry list, ``timeout_s``, each against the
+tool's limits, and the size of what each call sends), the stages, their commands and the carried
+files, and runs nothing (no torch import). ``--device cpu --tiny`` runs the same stages on a CPU with a tiny model (the train stage in
 about two minutes on 2 cores). ``--block vllm,ray`` makes those packages unimportable in every
 stage's process (a ``sitecustomize`` on ``PYTHONPATH``), to play the bare machine on a full one.
 
@@ -62,6 +73,35 @@ import gpu_train  # noqa: E402  (benchmarks/, this script's directory)
 ROOT = Path(__file__).resolve().parents[1]
 CARRY = ROOT / ".gpu_carry"
 BUDGET_S = 450.0
+"""The budget of a run of every stage at once (a machine with time for it)."""
+CALLS = {
+    1: (
+        "install, sandbox, 2-step codea1 train on CUDA",
+        ("env", "install", "sandbox", "train", "train-vllm", "train-ray"),
+    ),
+    2: ("the engine and memory checks", ("env", "engine")),
+}
+"""The two device calls of the lent machine (``--call N``): each stage list and what it proves."""
+CALL_BUDGET_S = 270.0
+"""A call's budget: no stage starts after it, the engine checks end by it."""
+CALL_STOP_S = 285
+"""``scripts/gpu_check.sh --call N`` stops everything after this many seconds (SIGTERM: the table
+and the logs are written), SIGKILL 10 s later: within :data:`CALL_TIMEOUT_S`."""
+CALL_TIMEOUT_S = 300
+"""The device call's ``timeout_s``: 5 minutes, two calls and a rerun of one within 15 minutes."""
+CARRY_PATH = ".gpu_carry"
+"""The ``carry`` path of a device call (relative to the repository)."""
+MAX_CARRY_MIB = 64.0
+"""What a device call may carry, with the working tree (the tool's limit)."""
+MAX_OUT_FILES = 8
+"""Files a device call may bring back from ``$OUT``."""
+MAX_COMMAND_CHARS = 2000
+"""The longest command a device call takes."""
+OUT_FILES = ("gpu_check.json", "gpu_check.md", "gpu_check-logs.tar.gz")
+"""What a run writes under ``--out``: every row and number, the table, every command's log."""
+DEMO_WEIGHTS_MIB = 93.8
+"""The demo model's GGUF (SmolLM2-135M-Instruct.Q4_1.gguf): over :data:`MAX_CARRY_MIB`, so not
+carried; the train stage builds a random-init model of its shape."""
 ENGINE_MARGIN_S = 40.0
 """The engine checks get ``--budget-s`` this much below the time left (their last check's length)."""
 MACHINE_PACKAGES = (
@@ -116,8 +156,8 @@ class Context:
 
     @property
     def logs(self) -> Path:
-        """Where each command's output goes: ``--out``/logs, else ``$WORK``/logs."""
-        return (self.out or self.work) / "logs"
+        """Where each command's output goes, ``$WORK/logs`` (bundled into ``--out`` by :func:`save`)."""
+        return self.work / "logs"
 
     def env(self, path: str) -> dict[str, str]:
         """The environment of a stage's process, offline, the blocker first on ``PYTHONPATH``, then
@@ -154,9 +194,9 @@ class Stage:
 def run_command(ctx: Context, name: str, command: Sequence[str], limit_s: float, *, path: str = "installed",
                 cwd: Path | None = None) -> tuple[int, str]:  # fmt: skip
     """Run ``command`` within ``limit_s`` (and the budget) with :meth:`Context.env` ``path``, its
-    output written as it comes to ``logs/NAME.log`` (under ``--out`` when given, so a run stopped
-    from outside keeps it) and its last lines to stderr; ``(exit status, output)``, 124 when it was
-    stopped by the time limit."""
+    output written as it comes to ``$WORK/logs/NAME.log`` (bundled into ``--out`` after each stage,
+    and when the run is stopped from outside) and its last lines to stderr; ``(exit status,
+    output)``, 124 when it was stopped by the time limit."""
     limit = max(1.0, min(limit_s, ctx.left()))
     log = ctx.logs / f"{name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -177,6 +217,9 @@ def run_command(ctx: Context, name: str, command: Sequence[str], limit_s: float,
         except subprocess.TimeoutExpired:
             stop(proc)
             status = 124
+        except BaseException:  # stopped from outside (SIGTERM): end the command, then report
+            stop(proc)
+            raise
     output = log.read_text(encoding="utf-8", errors="replace").split("\n", 1)[-1]
     if status == 124:
         output += f"\n(stopped after {limit:.0f} s)\n"
@@ -355,7 +398,8 @@ def train_args(ctx: Context, key: str) -> list[str]:
     return [
         ctx.python, str(ROOT / "benchmarks" / "gpu_train.py"), "--tokenizer", str(ctx.carry / "tokenizer"),
         "--work", str(ctx.work / key), "--device", ctx.device, *(["--tiny"] if ctx.tiny else []),
-        "--timeout-s", str(int(train_limit(ctx) - 30)), "--result", str(ctx.work / f"{key}.json"), *variant[key],
+        "--timeout-s", str(int(max(30.0, min(train_limit(ctx), ctx.left()) - 30))),
+        "--result", str(ctx.work / f"{key}.json"), *variant[key],
     ]  # fmt: skip
 
 
@@ -472,9 +516,52 @@ def carried(carry: Path) -> list[tuple[Path, int]]:
     return sorted((p, p.stat().st_size) for p in carry.rglob("*") if p.is_file()) if carry.is_dir() else []
 
 
+def device_calls() -> list[tuple[int, str, str, list[str], int]]:
+    """The device calls to make, in order: ``(N, what it proves, command, carry, timeout_s)``."""
+    return [(n, what, f"bash scripts/gpu_check.sh --call {n}", [CARRY_PATH], CALL_TIMEOUT_S)
+            for n, (what, _) in CALLS.items()]  # fmt: skip
+
+
+def travelling_mib(carry: Path) -> float | None:
+    """MiB of what a device call sends: the tracked and untracked, not ignored, files of the
+    repository (``git ls-files``) and the carried folder; None without git."""
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+            capture_output=True, timeout=60, check=True,
+        ).stdout.decode(errors="replace")  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    files = [ROOT / name for name in listed.split("\0") if name]
+    tree = sum(f.stat().st_size for f in files if f.is_file())
+    return (tree + sum(size for _, size in carried(carry))) / 2**20
+
+
+def print_device_calls(carry: Path) -> None:
+    """The device calls, each with its command, carry list and timeout, checked against the limits."""
+    print(f"device calls (kind left out: an H100 of about 78 GiB first; {len(CALLS)} calls of at most "
+          f"{CALL_TIMEOUT_S} s, each stopping itself at {CALL_STOP_S} s; at most {MAX_OUT_FILES} files back, "
+          f"this writes {len(OUT_FILES)}: {', '.join(OUT_FILES)}):")  # fmt: skip
+    for n, what, command, paths, timeout in device_calls():
+        print(f"  call {n} ({what}):")
+        print(f"    command: {command}")
+        print(f"    carry: {json.dumps(paths)}")
+        print(f"    timeout_s: {timeout}")
+        print(f"    limits: command {len(command)} of {MAX_COMMAND_CHARS} chars, carry {len(paths)} of 8 paths, "
+              f"stages {', '.join(CALLS[n][1])} within {CALL_BUDGET_S:.0f} s")  # fmt: skip
+    size = travelling_mib(carry)
+    said = "unknown (no git)" if size is None else f"{size:.1f} MiB"
+    over = size is not None and size > MAX_CARRY_MIB
+    print(
+        f"  sent with each call (working tree + carry): {said} of {MAX_CARRY_MIB:g}{' -- OVER' if over else ''}"
+    )
+    print("  call 1 failed: fix, then rerun call 1 alone; call 2 does not need call 1's results.\n")
+
+
 def dry_run(ctx: Context, keys: Sequence[str]) -> int:
     """Print what a run would do; run nothing."""
     print("scripts/gpu_check.sh --dry-run: nothing is run. $WORK is a new temporary directory.\n")
+    print_device_calls(ctx.carry)
     for stage in stages():
         if stage.key not in keys:
             continue
@@ -518,7 +605,13 @@ def prepare(carry: Path, python: str) -> int:
     files = carried(carry)
     for path, size in files:
         print(f"{path.relative_to(carry.parent)}  {size / 2**20:.2f} MiB")
-    print(f"{len(files)} files, {sum(s for _, s in files) / 2**20:.1f} MiB in {carry}")
+    total = sum(s for _, s in files) / 2**20
+    print(f"{len(files)} files, {total:.1f} MiB in {carry} (a device call carries at most {MAX_CARRY_MIB:g} MiB "
+          f"with the working tree); not carried: the demo model's weights (its GGUF, {DEMO_WEIGHTS_MIB} MiB): "
+          "the train stage builds a random-init model of its shape")  # fmt: skip
+    if total > MAX_CARRY_MIB:
+        print(f"gpu_check --prepare: {carry} holds {total:.1f} MiB, over {MAX_CARRY_MIB:g}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -566,10 +659,12 @@ def plain(value: Any) -> Any:
 
 
 def save(ctx: Context, rows: Sequence[Row], done: bool) -> None:
-    """``gpu_check.json`` and ``gpu_check.md`` under ``--out`` (``logs/`` is written there as it comes)."""
+    """:data:`OUT_FILES` under ``--out``: ``gpu_check.json``, ``gpu_check.md`` and every command's log
+    so far in ``gpu_check-logs.tar.gz`` (the device brings back at most :data:`MAX_OUT_FILES` files)."""
     if ctx.out is None:
         return
     ctx.out.mkdir(parents=True, exist_ok=True)
+    bundle_logs(ctx.logs, ctx.out / OUT_FILES[2])
     result = {"device": ctx.device, "tiny": ctx.tiny, "finished": done, "seconds": time.perf_counter() - ctx.started,
               "verdict": "FAIL" if any(r.verdict == "FAIL" for r in rows) else "PASS", "rows": [asdict(r) for r in rows]}  # fmt: skip
     engine = ctx.work / "engine" / "gpu_check.json"
@@ -580,9 +675,53 @@ def save(ctx: Context, rows: Sequence[Row], done: bool) -> None:
     (ctx.out / "gpu_check.md").write_text(table(rows) + "\n", encoding="utf-8")
 
 
+def bundle_logs(logs: Path, bundle: Path) -> None:
+    """Every ``*.log`` under ``logs`` in one gzipped tar ``bundle`` (``logs/NAME.log`` inside),
+    written beside it first and then renamed, so a reader never sees half of one."""
+    import tarfile
+
+    partial = bundle.with_name(bundle.name + ".partial")
+    with tarfile.open(partial, "w:gz") as tar:
+        for log in sorted(logs.glob("*.log")) if logs.is_dir() else []:
+            tar.add(log, arcname=f"logs/{log.name}")
+    partial.replace(bundle)
+
+
+class Stopped(Exception):
+    """The run was told to stop (SIGTERM: the shell script's time limit)."""
+
+
+def _stop_on_sigterm(signum: int, frame: Any) -> None:
+    raise Stopped()
+
+
 def run_stages(ctx: Context, keys: Sequence[str]) -> int:
-    """Run the chosen stages in order; print the table; 1 if a row says FAIL."""
+    """Run the chosen stages in order; print the table; 1 if a row says FAIL, 124 when stopped from
+    outside (SIGTERM), after writing what it has."""
+    import signal
+
     rows: list[Row] = []
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    try:
+        run_each(ctx, keys, rows)
+    except Stopped:
+        rows.append(Row("stopped", "FAIL", f"SIGTERM after {time.perf_counter() - ctx.started:.0f} s (the "
+                        "script's time limit); the stage that ran has its log in the bundle", "timeout"))  # fmt: skip
+        save(ctx, rows, done=False)
+        print(table(rows), flush=True)
+        return 124
+    total = time.perf_counter() - ctx.started
+    failed = any(r.verdict == "FAIL" for r in rows)
+    rows.append(
+        Row("total", "FAIL" if failed else "PASS", f"{total:.1f} s", f"stages: {', '.join(keys)}", total)
+    )
+    save(ctx, rows, done=True)
+    print(table(rows), flush=True)
+    return 1 if failed else 0
+
+
+def run_each(ctx: Context, keys: Sequence[str], rows: list[Row]) -> None:
+    """Run the chosen stages in order, each one's rows appended to ``rows`` and saved as it ends."""
     for stage in stages():
         if stage.key not in keys:
             continue
@@ -616,14 +755,6 @@ def run_stages(ctx: Context, keys: Sequence[str]) -> int:
             print(f"gpu_check: {r.name}: {r.verdict}: {r.value[:200]}", file=sys.stderr, flush=True)
         rows += new
         save(ctx, rows, done=False)
-    total = time.perf_counter() - ctx.started
-    failed = any(r.verdict == "FAIL" for r in rows)
-    rows.append(
-        Row("total", "FAIL" if failed else "PASS", f"{total:.1f} s", f"stages: {', '.join(keys)}", total)
-    )
-    save(ctx, rows, done=True)
-    print(table(rows), flush=True)
-    return 1 if failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -640,10 +771,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", ""), help="directory for gpu_check.json ($OUT)")
     ap.add_argument("--carry", default=str(CARRY), help="the carried files (default .gpu_carry)")
     ap.add_argument("--block", default="", help="packages to make unimportable, e.g. vllm,ray")
-    ap.add_argument("--dry-run", action="store_true", help="print the stages' commands and the carried files")
+    ap.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the device calls, the stages' commands and the carried files",
+    )
+    ap.add_argument("--call", type=int, default=0, choices=sorted(CALLS),
+                    help="one device call's stages within its budget (1: install, sandbox, train; 2: engine checks)")  # fmt: skip
     ap.add_argument("--prepare", action="store_true", help="write the carried files (run on a CPU machine)")
     args = ap.parse_args(argv)
     chosen = [k.strip() for k in args.stages.split(",") if k.strip()]
+    if args.call:
+        chosen = list(CALLS[args.call][1])
+        args.budget_s = min(args.budget_s, CALL_BUDGET_S)
     unknown = sorted(set(chosen) - set(keys))
     if unknown:
         print(f"gpu_check: --stages takes {', '.join(keys)}; unknown: {', '.join(unknown)}", file=sys.stderr)

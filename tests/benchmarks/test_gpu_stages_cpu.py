@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tarfile
 from pathlib import Path
 
 from tests.demo_model import require_demo_model
@@ -53,4 +54,11 @@ def test_bare_gpu_stages_pass_on_a_cpu_without_vllm_and_ray(tmp_path: Path) -> N
     steps = rows["train (transformers engine), cpu"]["data"]["steps"]
     assert len(steps) == 2 and all(s["tester/trained_samples"] > 0 for s in steps)  # both roles trained
     assert "memory/peak_gpu_gib" not in steps[0]
-    assert "| total | PASS |" in done.stdout and (out / "logs" / "train.log").exists()
+    assert "| total | PASS |" in done.stdout
+    assert sorted(f.name for f in out.iterdir()) == [
+        "gpu_check-logs.tar.gz",
+        "gpu_check.json",
+        "gpu_check.md",
+    ]
+    with tarfile.open(out / "gpu_check-logs.tar.gz") as tar:
+        assert "logs/train.log" in tar.getnames()
