@@ -24,6 +24,12 @@ and the learners compute (colocated layouts), the peak, and a verdict:
   that layout is not one the preset is meant for;
 * ``FAIL: ...``: a plan that vLLM would refuse, or a ``-ray`` preset's own layout that does not fit.
 
+Below the GPUs, ``--check`` prints the host memory of the node each ``-ray`` preset runs on, in the
+reference node's layout, with the node's host memory assumed (:data:`NODE_HOST_GIB`, ``--host-gib``):
+``codea1.engine.host_plan.ray_node_host_plan``'s terms, its start, steady state and peak, and the
+start as it was when every rank read its own copy; ``FAIL`` when the peak exceeds the node's memory
+less :data:`HOST_HEADROOM_FRACTION`.
+
 The exit status is 1 when any row is ``FAIL``, else 0.
 
 Usage: ``python benchmarks/cluster_memory.py [--gpu-gib 80] [--preset paper-1.5b-ray ...]``,
