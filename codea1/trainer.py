@@ -146,7 +146,9 @@ class Trainer:
             len(self.problems), cfg.data.problems_per_step, cfg.data.seed, cfg.data.shuffle
         )
         self.loss_fn = bind_policy_loss(cfg.loss)
-        self.mutants = MutantPool(cfg.reward.mutation_mutants, cfg.reward.mutation_seed)  # D12's, once a run
+        self.mutants = MutantPool(  # D12's, once a run; twins are looked for among eval's mutants
+            cfg.reward.mutation_mutants, cfg.reward.mutation_seed, eval_mutants=cfg.eval.max_mutants
+        )
         self.book: MistakeBook | None = None
         self.tracker: Tracker | None = None
         self.stop_requested = False

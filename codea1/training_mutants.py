@@ -13,7 +13,15 @@ union of two sources, **none of them a mutant that ``eval/tester/mut@k`` counts*
 
 Every first-order mutant of codea1's AST mutator (the set evaluation's mutants are taken from,
 whatever ``eval.max_mutants`` is) and the reference itself are removed, comparing sources as
-``ast.unparse`` writes them. One-line functions have few AST mutants and fewer second-order ones
+``ast.unparse`` writes them. The draw builds only the candidates it samples (a bounded number, see
+:func:`draw_mutants`), never every second-order mutant of a large reference.
+
+No behavioural twins: a source-text check cannot see that ``x * 1`` behaves like the evaluation
+mutant ``x + 0``. So the filter also runs the evaluation's mutants (the first ``eval.max_mutants``
+of the AST mutator, as ``eval tests`` takes them) on the golden tests' calls and on seeded extra
+calls with arguments of the same types (:mod:`codea1.eval.typed_inputs`), and a drawn mutant whose
+outcome equals one evaluation mutant's on every one of those calls (an equal value, or the same
+exception) is a *twin*: left out, like an equivalent one. One-line functions have few AST mutants and fewer second-order ones
 (7 of the 12 ``demo:easy-train`` problems have none), which is why Cosmic-Ray's operators are in.
 
 Which earn nothing: a mutant that passes every usable golden test is *equivalent* (the reference's
@@ -28,14 +36,18 @@ from __future__ import annotations
 import ast
 import random
 import time
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from itertools import accumulate
 from typing import Protocol
 
+from codea1.config import EvalConfig
 from codea1.data.parsing import extract_tests
-from codea1.eval.cosmic_mutants import MutantsUnavailable, cosmic_ray_mutants
-from codea1.eval.mutants import generate_mutants
-from codea1.types import ExecGrid, GridJob, Problem, TestCase
+from codea1.eval.cosmic_mutants import MutantsUnavailable, cosmic_ray_mutant, positions
+from codea1.eval.mutants import generate_mutants, mutant_at, mutation_sites
+from codea1.eval.typed_inputs import extra_calls
+from codea1.types import ExecGrid, GridJob, Problem, TestCase, Verdict
 
 
 class GridRunner(Protocol):
@@ -58,6 +70,8 @@ class LiveMutants:
     """Drawn mutants that passed every usable golden test."""
     dropped: int = 0
     """Drawn mutants that did not load or ran out of a budget on a golden test."""
+    twins: int = 0
+    """Drawn mutants left out as behavioural twins of an evaluation mutant (:func:`_twins`)."""
     filter_seconds: float = 0.0
     """Seconds the draw and the filter took (their first time; 0 when they came from the cache)."""
     reason: str = ""
@@ -66,30 +80,54 @@ class LiveMutants:
     def stats(self) -> dict[str, float]:
         """The counts the step metrics sum (``verdicts`` is added by scoring)."""
         return {"generated": float(self.generated), "equivalent": float(self.equivalent),
-                "dropped": float(self.dropped), "live": float(len(self.programs)),
+                "dropped": float(self.dropped), "twins": float(self.twins), "live": float(len(self.programs)),
                 "filter_seconds": self.filter_seconds}  # fmt: skip
+
+
+EXTRA_PER_CALL = 2
+"""Seeded extra calls per golden call on which twins are looked for (:mod:`codea1.eval.typed_inputs`)."""
+BUILT_PER_MUTANT = 8
+"""The draw builds at most this many candidate mutants per mutant it keeps (``reward.mutation_mutants``)."""
+MIN_BUILT = 64
+"""...and at least this many, so that a small budget still finds distinct ones."""
 
 
 def draw_mutants(reference: str, budget: int, seed: int) -> list[str]:
     """Up to ``budget`` distinct training mutants of ``reference`` (the module docstring says which;
     ``SyntaxError`` when it does not parse), as ``ast.unparse`` writes them. Deterministic in
-    (``reference``, ``seed``): a seeded uniform sample of the candidates, in candidate order."""
+    (``reference``, ``seed``).
+
+    Every *site* of the two sources is a slot: each Cosmic-Ray (operator, occurrence) of the
+    reference, and each mutation site of each first-order AST mutant (a second-order mutant).
+    Slots are drawn uniformly without replacement (seeded) and only the drawn ones are built, until
+    ``budget`` distinct mutants are kept or ``max(MIN_BUILT, BUILT_PER_MUTANT * budget)`` slots were
+    built. Counting slots builds nothing, so the work is bounded by the budget, not by the
+    reference's size squared (a 200-entry table has some 800 first-order mutants and 640,000
+    second-order slots). When every slot fits in the bound, all are built: the draw is then a
+    uniform sample of slots, each distinct mutant kept once.
+    """
     first = generate_mutants(reference)
     forbidden = {_normal(reference)} | {m.source for m in first}
-    candidates: dict[str, None] = {}
     try:
-        for m in cosmic_ray_mutants(reference):
-            candidates.setdefault(_normal(m.source))
+        cosmic = positions(reference)
     except MutantsUnavailable:
-        pass  # the AST mutator's second-order mutants alone
-    for m in first:
-        for s in generate_mutants(m.source):
-            candidates.setdefault(s.source)
-    pool = [c for c in candidates if c not in forbidden]
-    if len(pool) <= budget:
-        return pool
-    keep = sorted(random.Random(f"{seed}\0{reference}").sample(range(len(pool)), budget))
-    return [pool[i] for i in keep]
+        cosmic = []  # the AST mutator's second-order mutants alone
+    ends = list(accumulate([len(cosmic), *(mutation_sites(m.source) for m in first)]))
+    total = ends[-1]
+    rng = random.Random(f"{seed}\0{reference}")
+    kept: dict[str, None] = {}
+    for slot in rng.sample(range(total), min(total, max(MIN_BUILT, BUILT_PER_MUTANT * budget))):
+        if slot < len(cosmic):
+            mutant = cosmic_ray_mutant(reference, cosmic[slot])
+            source = None if mutant is None else _normal(mutant.source)
+        else:
+            i = bisect_right(ends, slot) - 1  # first-order mutant i, its site slot - ends[i]
+            source = mutant_at(first[i].source, slot - ends[i])
+        if source is not None and source not in forbidden:
+            kept.setdefault(source)
+            if len(kept) == budget:
+                break
+    return list(kept)
 
 
 def _normal(source: str) -> str:
@@ -131,29 +169,65 @@ def _identity_as_equality(snippet: str) -> str:
     return ast.unparse(tree) if changed else snippet
 
 
-def _judged(drawn: Sequence[str], problem: Problem, grid: ExecGrid, seconds: float) -> LiveMutants:
-    usable = [t for t, o in enumerate(grid.oracle) if o.usable]
+def _judged(
+    drawn: Sequence[str], problem: Problem, grid: ExecGrid, golden: int, twins: set[int], seconds: float
+) -> LiveMutants:
+    """Sort the drawn mutants (the grid's first rows) on the golden tests (its first ``golden``
+    columns): dropped, equivalent, a twin (``twins``: rows that behave like an evaluation mutant) or live."""
+    usable = [t for t in range(golden) if grid.oracle[t].usable]
     if not usable:
-        return LiveMutants((), len(drawn), 0, len(drawn), seconds, "no golden test has a usable oracle")
-    live, equivalent, dropped = [], 0, 0
+        return LiveMutants((), len(drawn), 0, len(drawn), 0, seconds, "no golden test has a usable oracle")
+    live, equivalent, dropped, twin = [], 0, 0, 0
     for i, source in enumerate(drawn):
         verdicts = [grid.verdicts[i][t] for t in usable]
         if not grid.code_status[i].passed or any(v.status in ("timeout", "memory") for v in verdicts):
             dropped += 1
         elif all(v.passed for v in verdicts):
             equivalent += 1
+        elif i in twins:
+            twin += 1
         else:
             live.append(_program(problem, source))
-    return LiveMutants(tuple(live), len(drawn), equivalent, dropped, seconds)
+    return LiveMutants(tuple(live), len(drawn), equivalent, dropped, twin, seconds)
+
+
+def _twins(drawn: int, grid: ExecGrid, as_references: Sequence[ExecGrid]) -> set[int]:
+    """The rows of the drawn mutants that give the same outcome as some evaluation mutant on every
+    call whose reference oracle is usable. ``grid``: the reference's job, rows the ``drawn`` mutants
+    then the evaluation mutants; ``as_references[k]``: evaluation mutant ``k`` as the reference of
+    the drawn mutants, on the same calls. Same outcome: where the evaluation mutant returned a value,
+    the drawn mutant returned an equal one (the sandbox's equality, decided on the trusted side);
+    where it raised or ran out of a budget, the drawn mutant did the same (same exception type)."""
+    calls = [c for c, o in enumerate(grid.oracle) if o.usable]
+    found: set[int] = set()
+    for k, own in enumerate(as_references):
+        row = drawn + k
+        if not grid.code_status[row].passed:
+            continue
+        for t in range(drawn):
+            if t not in found and all(
+                _same(grid.verdicts[row][c], grid.verdicts[t][c], own, t, c) for c in calls
+            ):
+                found.add(t)
+    return found
+
+
+def _same(evaluation: Verdict, training: Verdict, own: ExecGrid, t: int, c: int) -> bool:
+    if evaluation.status in ("pass", "fail"):  # it returned a value: compare the values
+        return own.oracle[c].usable and own.verdicts[t][c].passed
+    return (training.status, training.reason) == (evaluation.status, evaluation.reason)
 
 
 class MutantPool:
     """The live training mutants of every problem seen so far (the reference and its golden tests do
     not change during a run, so each problem is drawn and filtered once)."""
 
-    def __init__(self, budget: int, seed: int) -> None:
+    def __init__(self, budget: int, seed: int, eval_mutants: int = EvalConfig.max_mutants) -> None:
         self.budget = budget
         self.seed = seed
+        self.eval_mutants = eval_mutants
+        """How many of the reference's first-order AST mutants evaluation counts (``eval.max_mutants``):
+        the draw's twins are looked for among them."""
         self._cache: dict[tuple[str, ...], LiveMutants] = {}
 
     @staticmethod
@@ -167,7 +241,7 @@ class MutantPool:
         drawn now and filtered in one sandbox call. A sandbox failure gives those problems no live
         mutant for this call (with the reason) and is not cached."""
         out: dict[int, LiveMutants] = {}
-        todo: list[tuple[int, Problem, list[str], GridJob, float]] = []
+        todo: list[tuple[int, Problem, list[str], list[GridJob], float]] = []
         for i, p in enumerate(problems):
             key = self._key(p)
             if key in self._cache:
@@ -188,19 +262,41 @@ class MutantPool:
                     (), reason="no training mutant (docs/algorithm.md, D12)"
                 )
                 continue
-            job = GridJob(p.id, p.reference, p.entry_point, tuple(_program(p, m) for m in drawn), tests)
-            todo.append((i, p, drawn, job, time.perf_counter() - start))
+            todo.append((i, p, drawn, self._jobs(p, drawn, tests), time.perf_counter() - start))
         if todo:
             start = time.perf_counter()
+            jobs = [job for t in todo for job in t[3]]
             try:
-                grids = runner.run_grids([t[3] for t in todo], rel_tol=rel_tol, abs_tol=abs_tol)
-                if len(grids) != len(todo):
-                    raise RuntimeError(f"sandbox returned {len(grids)} grids for {len(todo)} jobs")
+                grids = runner.run_grids(jobs, rel_tol=rel_tol, abs_tol=abs_tol)
+                if len(grids) != len(jobs):
+                    raise RuntimeError(f"sandbox returned {len(grids)} grids for {len(jobs)} jobs")
             except Exception as e:  # noqa: BLE001 - the term is 0 this call, with the reason
                 for i, *_ in todo:
                     out[i] = LiveMutants((), reason=f"sandbox: {type(e).__name__}: {e}")
                 return [out[i] for i in range(len(problems))]
             share = (time.perf_counter() - start) / len(todo)
-            for (i, p, drawn, _, own), grid in zip(todo, grids, strict=True):
-                out[i] = self._cache[self._key(p)] = _judged(drawn, p, grid, own + share)
+            at = 0
+            for i, p, drawn, problem_jobs, own in todo:
+                grid, as_references = grids[at], grids[at + 1 : at + len(problem_jobs)]
+                at += len(problem_jobs)
+                twins = _twins(len(drawn), grid, as_references)
+                golden = len(_golden_tests(p))
+                out[i] = self._cache[self._key(p)] = _judged(drawn, p, grid, golden, twins, own + share)
         return [out[i] for i in range(len(problems))]
+
+    def _jobs(self, p: Problem, drawn: Sequence[str], golden: tuple[TestCase, ...]) -> list[GridJob]:
+        """The filter's jobs of one problem: the reference's (rows: the drawn mutants, then the
+        evaluation mutants; columns: the golden tests, then seeded extra calls of the same types),
+        and one per evaluation mutant as the reference of the drawn mutants on the same calls."""
+        evaluation = [m.source for m in generate_mutants(p.reference, limit=self.eval_mutants)]
+        extra = extra_calls([t.call for t in golden], p.entry_point, f"{self.seed}\0{p.id}", EXTRA_PER_CALL)
+        calls = golden + tuple(TestCase(call, "None") for call in extra)
+        codes = tuple(_program(p, m) for m in drawn)
+        jobs = [
+            GridJob(
+                p.id, p.reference, p.entry_point, codes + tuple(_program(p, e) for e in evaluation), calls
+            )
+        ]
+        for k, e in enumerate(evaluation):
+            jobs.append(GridJob(f"{p.id} (evaluation mutant {k})", e, p.entry_point, codes, calls))
+        return jobs

@@ -73,7 +73,6 @@ def cosmic_ray_mutants(source: str, limit: int = 0) -> list[Mutant]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         compile(source, "<function>", "exec")
-    plugins, _, mutate_code = _library()
     sites = positions(source)
     if 0 < limit < len(sites):
         seed = int.from_bytes(hashlib.sha256(source.encode("utf-8")).digest()[:8], "big")
@@ -81,16 +80,27 @@ def cosmic_ray_mutants(source: str, limit: int = 0) -> list[Mutant]:
         sites = [sites[i] for i in keep]
     out: list[Mutant] = []
     seen = {source}
-    for name, occurrence, line in sites:
-        text = mutate_code(source, plugins.get_operator(name)(), occurrence)
-        if text is None or text in seen:
+    for site in sites:
+        mutant = cosmic_ray_mutant(source, site)
+        if mutant is None or mutant.source in seen:
             continue
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                compile(text, "<mutant>", "exec")
-        except (SyntaxError, ValueError):
-            continue
-        seen.add(text)
-        out.append(Mutant(_family(name), f"line {line}: {name.split('/')[-1]} #{occurrence}", text))
+        seen.add(mutant.source)
+        out.append(mutant)
     return out
+
+
+def cosmic_ray_mutant(source: str, site: tuple[str, int, int]) -> Mutant | None:
+    """The one mutant of a site of :func:`positions` (None when it equals ``source`` or does not
+    compile); builds one mutant where :func:`cosmic_ray_mutants` builds them all."""
+    plugins, _, mutate_code = _library()
+    name, occurrence, line = site
+    text = mutate_code(source, plugins.get_operator(name)(), occurrence)
+    if text is None or text == source:
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(text, "<mutant>", "exec")
+    except (SyntaxError, ValueError):
+        return None
+    return Mutant(_family(name), f"line {line}: {name.split('/')[-1]} #{occurrence}", text)

@@ -246,6 +246,26 @@ def _apply(source: str, target: int) -> tuple[str | None, list[tuple[MutantKind,
     return ast.unparse(new_tree), mutator.sites
 
 
+def mutation_sites(source: str) -> int:
+    """How many single-site mutations :func:`mutant_at` can apply to ``source`` (``SyntaxError`` if it
+    does not parse): one traversal, no mutant built."""
+    return len(_apply(source, -1)[1])
+
+
+def mutant_at(source: str, site: int) -> str | None:
+    """``source`` with the mutation of site ``site`` (``0 <= site < mutation_sites(source)``), as
+    ``ast.unparse`` writes it plus a newline; None when that equals the original or does not parse.
+    Builds one mutant, where :func:`generate_mutants` builds them all."""
+    text, _ = _apply(source, site)
+    if text is None or text == ast.unparse(ast.parse(source)):
+        return None
+    try:
+        ast.parse(text)
+    except SyntaxError:
+        return None
+    return text + "\n"
+
+
 def generate_mutants(source: str, limit: int = 0) -> list[Mutant]:
     """All distinct single-site mutants of ``source`` (``SyntaxError`` if it does not parse).
 

@@ -23,7 +23,7 @@ from tests.scripted_run import SCRIPTED_RUN
 REF = "def f(x):\n    return x + 1\n"
 GOLDEN = ("assert f(1) == 2", "assert f(3) == 4")
 DRAWN = [
-    "def f(x):\n    return x + 2\n",  # A: live (fails both golden tests)
+    "def f(x):\n    return x + 3\n",  # A: live (fails both golden tests; no evaluation mutant's twin)
     "def f(x):\n    return abs(x) + 1\n",  # B: equivalent on the golden tests (positive inputs)
     "def f(x):\n    return x * 2\n",  # C: live (passes f(1) == 2, fails f(3) == 4)
     "def g(x):\n    return x\n",  # D: does not define f: dropped
@@ -50,7 +50,7 @@ def test_the_term_is_exact_on_a_hand_computed_problem(fixed_draw: None) -> None:
     assert len(sandbox.calls) == 1 and off.term_stats == {}  # weight 0: no mutant drawn or run
     (on,) = score_batch([_item()], FakeSandbox(), reward=RewardConfig(mutation_weight=0.5))
     assert on.term_stats["mutation"] | {"filter_seconds": 0.0} == {
-        "generated": 4.0, "equivalent": 1.0, "dropped": 1.0, "live": 2.0, "filter_seconds": 0.0,
+        "generated": 4.0, "equivalent": 1.0, "dropped": 1.0, "twins": 0.0, "live": 2.0, "filter_seconds": 0.0,
         "verdicts": 6.0,
     }  # fmt: skip
     suite = on.breakdowns[0].suites[0]
@@ -179,4 +179,5 @@ def test_golden_asserts_of_the_form_is_true_filter_mutants_too() -> None:
     item = ScoringItem(p, ("```python\ndef is_zero(x):\n    return x == 0\n```",), ((SUITE,),))
     (s,) = score_batch([item], FakeSandbox(), reward=RewardConfig(mutation_weight=1.0))
     stats = s.term_stats["mutation"]
-    assert stats["live"] > 0 and stats["generated"] == stats["live"] + stats["equivalent"] + stats["dropped"]
+    assert stats["live"] > 0
+    assert stats["generated"] == stats["live"] + stats["equivalent"] + stats["dropped"] + stats["twins"]
