@@ -36,8 +36,9 @@ and engines share the GPU on CUDA, what it holds while the engines sleep and the
   that cost recomputation, not a failure.
 
 **Sharing a GPU** (the local backend's vLLM engines on CUDA, ``placement: colocate`` on Ray): the
-engines are started with ``enable_sleep_mode`` and sleep (``LLM.sleep(level=1)``: weights backed
-up in host memory, KV cache discarded) before a learner computes; a sync wakes their weights, loads
+engines are started with ``enable_sleep_mode`` and sleep (``LLM.sleep``: KV cache discarded,
+weights discarded at level 2 in ``separate`` mode or backed up in host memory at level 1 in
+``adapters`` mode, ``sleep_mode.sleep_level``) before a learner computes; a sync wakes their weights, loads
 the new ones and then wakes the KV cache (``vllm_local.sleep``). Asleep, an engine keeps only what
 vLLM allocates outside its CuMem pool, :data:`ENGINE_FIXED_GIB` (its CUDA context, CUDA graphs,
 cuBLAS workspace: ``CuMemAllocator.sleep`` releases the pool and empties torch's cache). The Ray
