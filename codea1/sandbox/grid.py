@@ -9,6 +9,13 @@ with no inspectable state (an ``Opaque``) is ``uncomparable``: no candidate can 
 decision rests on the reference's value alone, so a candidate cannot dodge a test by returning an
 opaque value (against a comparable oracle that is a ``fail``). Programs with many expressions are
 split into chunks so that a slow row spreads over several workers.
+
+A test judges behaviour only (docs/sandbox.md, "Tests judge behaviour only"): the oracle phase
+refuses, unrun, a call that inspects or patches (:mod:`codea1.sandbox.test_guard`) or uses a name
+only the reference defines (:mod:`codea1.sandbox.test_names`), and runs each call that does more
+than call the entry point on literals once more, on the reference's behaviour-preserving variant in
+a shifted heap (:mod:`codea1.sandbox.reference_variant`): a usable oracle whose call gives another
+value there is ``invalid`` (:data:`VARIANT_DIFFERS`).
 """
 
 from __future__ import annotations
