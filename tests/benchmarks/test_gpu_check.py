@@ -310,7 +310,7 @@ def test_dry_run_prints_two_device_calls_that_fit_the_tools_limits(tmp_path: Pat
     assert (
         stages.CALL_BUDGET_S < stages.CALL_STOP_S and stages.CALL_STOP_S + 10 <= stages.CALL_TIMEOUT_S <= 300
     )
-    assert 120 + 2 * stages.CALL_TIMEOUT_S <= 15 * 60  # a start of 2 minutes, then two calls (or one and a rerun)
+    assert 120 + 2 * stages.CALL_TIMEOUT_S <= 15 * 60  # a 2-minute start, two calls (or one and a rerun)
     assert f"stop_s={stages.CALL_STOP_S}" in SHELL_SCRIPT.read_text()  # the shell's clock is the same
     assert set(stages.CALLS[1][1]) >= {"install", "sandbox", "train"} and "engine" in stages.CALLS[2][1]
     assert len(stages.OUT_FILES) <= 8 and "of 64 -- OVER" not in done.stdout
