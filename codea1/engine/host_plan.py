@@ -32,7 +32,7 @@ each):
 The activations assume gradient checkpointing (without it, an update holds every layer's) and rows
 at their longest, so real steps usually stay under the total; see docs/training.md (Memory).
 
-Imports: config, engine.memory, engine.host_memory.
+Imports: config, engine.memory, engine.host_memory, engine.sleep_mode.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from codea1.engine.memory import (
     dtype_bytes,
     worst_micro_batch,
 )
+from codea1.engine.sleep_mode import sleep_level
 
 RUNTIME_GIB = 0.7
 """Python, torch, transformers, tokenizers and codea1 in the training process, before any model."""
@@ -228,7 +229,8 @@ def ray_node_host_plan(cfg: RunConfig, models: Mapping[str, ModelShape], *, shar
             offloaded += 4 * p + 12 * lora if adapters else 12 * p  # adapters: the fp32 base, once
     largest = max(models[r].params for r in trained)
     served = models["coder"].params
-    backups = groups * c.rollout_replicas * w * served if colocate and adapters else 0.0
+    level = sleep_level(full_syncs=not adapters)  # the level the replicas sleep at (level 1 backs weights up)
+    backups = groups * c.rollout_replicas * w * served if colocate and level == 1 else 0.0
     return NodeHostPlan(
         runtime=len(trained) * c.learner_workers * LEARNER_PROCESS_GIB
         + groups * c.rollout_replicas * REPLICA_PROCESS_GIB,
