@@ -79,7 +79,10 @@ def test_a_gpu_without_room_is_one_clear_error_before_vllm_starts(monkeypatch: p
         vroles.local_budgets(cfg, {"coder": "/m", "tester": "/m"}, torch.bfloat16, shared=False)
     assert "\n" not in str(e.value) and "engine.vllm_kv_cache_gib" in str(e.value)
     # one rank holding a whole 7B learner does not fit beside its sleeping replica
-    colocated = load_config("paper-7b-ray", ["cluster.learner_workers=1", "engine.vllm_kv_cache_gib=0"])
+    colocated = load_config(
+        "paper-7b-ray",
+        ["cluster.learner_workers=1", "cluster.rollout_replicas=1", "engine.vllm_kv_cache_gib=0"],
+    )
     with pytest.raises(vroles.VLLMStartError, match="rollout replica: .* while the engines sleep"):
         vroles.replica_budget(colocated, ["coder"], "/m", torch.bfloat16)
     stub_gpu(monkeypatch, QWEN_1_5B, 79.0)

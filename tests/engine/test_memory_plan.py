@@ -122,7 +122,10 @@ def test_a_colocated_replica_sleeps_while_the_rank_computes_and_the_rank_is_offl
     assert seven.engines[0].max_num_seqs == 256  # the preset's 44 GiB hold the sampling batch's sequences
     assert H100 - seven.used_gib >= 0.05 * H100
     squeezed = mem.replica_plan(
-        load_config("paper-7b-ray", ["cluster.learner_workers=1", "engine.vllm_kv_cache_gib=0"]),
+        load_config(
+            "paper-7b-ray",
+            ["cluster.learner_workers=1", "cluster.rollout_replicas=1", "engine.vllm_kv_cache_gib=0"],
+        ),
         ["coder"], QWEN_7B, H100,
     )  # fmt: skip
     assert "while the engines sleep and the learners compute" in squeezed.problem
