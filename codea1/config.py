@@ -155,6 +155,10 @@ class RewardConfig:
     mutation_weight: float = 0.0
     """Weight w of the mutation term added to R_T (docs/algorithm.md, deviation D12): w x the share of
     the reference's live mutants the suite's valid tests kill, each counted once; 0 = the paper's R_T."""
+    mutation_kinds_weight: float = 0.0
+    """Weight of the mutation-kinds term added to R_T (docs/algorithm.md, deviation D13): the share of
+    the live mutants' fault kinds (arithmetic, comparison, ...) of which the suite's valid tests kill
+    at least one mutant; 0 = off. Uses the same mutants as the mutation term."""
     mutation_mutants: int = 16
     """Mutants of the reference drawn per problem for that term (D12: Cosmic-Ray's operators and
     second-order AST mutants, never eval's first-order ones; equivalent ones then dropped)."""
@@ -571,17 +575,16 @@ def check_invariants(cfg: RunConfig) -> None:
         errors.append(f"reward.alpha must be in [0, 1], got {cfg.reward.alpha}")
     if cfg.reward.n_norm < 1:
         errors.append(f"reward.n_norm must be >= 1, got {cfg.reward.n_norm}")
-    if not 0 <= cfg.reward.mutation_weight < float("inf"):
-        errors.append(
-            f"reward.mutation_weight must be a finite number >= 0, got {cfg.reward.mutation_weight}"
-        )
+    for key in ("mutation_weight", "mutation_kinds_weight"):
+        weight = getattr(cfg.reward, key)
+        if not 0 <= weight < float("inf"):
+            errors.append(f"reward.{key} must be a finite number >= 0, got {weight}")
+        elif weight > 0 and not cfg.train.trains_tester:
+            errors.append(
+                f"reward.{key}={weight} rewards tests: train.method={cfg.train.method} has no Test LLM"
+            )
     if cfg.reward.mutation_mutants < 1 or cfg.reward.mutation_seed < 0:
         errors.append("reward.mutation_mutants must be >= 1 and reward.mutation_seed >= 0")
-    if cfg.reward.mutation_weight > 0 and not cfg.train.trains_tester:
-        errors.append(
-            f"reward.mutation_weight={cfg.reward.mutation_weight} rewards tests: train.method="
-            f"{cfg.train.method} has no Test LLM"
-        )
     if cfg.tester.update_n < 0 or cfg.tester.update_n > cfg.coder.sampling.n:
         errors.append(
             f"tester.update_n={cfg.tester.update_n} must be in [0, coder.sampling.n={cfg.coder.sampling.n}]"

@@ -8,7 +8,8 @@ suite with :func:`codea1.core.rewards.rewards` (its options, reward terms includ
 ``reward:`` section by :func:`codea1.core.reward_terms.reward_options`). With the mutation term on
 (``reward.mutation_weight`` > 0) the problem's live training mutants (:mod:`codea1.training_mutants`)
 are extra rows of the same grid, and each suite's input to the term is which of them its tests
-kill. A problem that cannot be scored (sandbox failure,
+kill (the mutation-kinds term, ``reward.mutation_kinds_weight``, reads the same input with each live
+mutant's fault kind). A problem that cannot be scored (sandbox failure,
 malformed grid, empty reference) gets zero rewards and a recorded ``error``; nothing here raises for
 one bad problem. Numbered choices are explained in docs/algorithm.md.
 
@@ -27,7 +28,14 @@ from typing import Any, Protocol, TypeAlias
 
 from codea1.config import LossConfig, RewardConfig
 from codea1.core.losses import policy_loss
-from codea1.core.reward_terms import TERMS, GoldenPasses, MutantKills, reward_options, term_weights
+from codea1.core.reward_terms import (
+    MUTANT_TERMS,
+    TERMS,
+    GoldenPasses,
+    MutantKills,
+    reward_options,
+    term_weights,
+)
 from codea1.core.rewards import CodeOutcome, CodeRewards, SuiteOutcome, rewards
 from codea1.data.parsing import extract_code, extract_tests
 from codea1.replay.mistake_book import MistakeHit, MistakeUpdate
@@ -243,18 +251,26 @@ MutantRow: TypeAlias = tuple[Verdict, ...]
 """One live mutant's verdicts on the grid's tests."""
 
 
-def _split(prep: _Prepared, grid: ExecGrid | None) -> tuple[ExecGrid | None, list[MutantRow] | None]:
-    """The grid of the codes alone, and the rows of the mutants that loaded (None: the term is off)."""
+def _split(
+    prep: _Prepared, grid: ExecGrid | None
+) -> tuple[ExecGrid | None, list[MutantRow] | None, tuple[str, ...]]:
+    """The grid of the codes alone, the rows of the mutants that loaded (None: the terms are off) and
+    the fault kinds of those mutants (empty when not known)."""
     if prep.mutants is None or grid is None:
-        return grid, None if prep.mutants is None else []
+        return grid, None if prep.mutants is None else [], ()
     n = len(grid.code_status) - len(prep.mutants.programs)
-    rows = [grid.verdicts[r] for r in range(n, len(grid.code_status)) if grid.code_status[r].passed]
-    return replace(grid, code_status=grid.code_status[:n], verdicts=grid.verdicts[:n]), rows
+    loaded = [r for r in range(n, len(grid.code_status)) if grid.code_status[r].passed]
+    rows = [grid.verdicts[r] for r in loaded]
+    known = len(prep.mutants.kinds) == len(prep.mutants.programs)
+    kinds = tuple(prep.mutants.kinds[r - n] for r in loaded) if known else ()
+    return replace(grid, code_status=grid.code_status[:n], verdicts=grid.verdicts[:n]), rows, kinds
 
 
-def _mutant_kills(oracle: Sequence[Any], cols: Sequence[int], rows: Sequence[MutantRow]) -> MutantKills:
+def _mutant_kills(
+    oracle: Sequence[Any], cols: Sequence[int], rows: Sequence[MutantRow], kinds: tuple[str, ...] = ()
+) -> MutantKills:
     """Which live mutants each test of V_k kills (any verdict but ``pass``); a test whose oracle is not
-    ``valid`` (a wrong prediction) kills none."""
+    ``valid`` (a wrong prediction) kills none. ``kinds``: each row's fault kind."""
     return MutantKills(
         len(rows),
         tuple(
@@ -263,14 +279,18 @@ def _mutant_kills(oracle: Sequence[Any], cols: Sequence[int], rows: Sequence[Mut
             else frozenset()
             for col in cols
         ),
+        kinds,
     )
 
 
 def _outcomes(
-    prep: _Prepared, grid: ExecGrid | None, mutant_rows: Sequence[MutantRow] | None = None
+    prep: _Prepared,
+    grid: ExecGrid | None,
+    mutant_rows: Sequence[MutantRow] | None = None,
+    mutant_kinds: tuple[str, ...] = (),
 ) -> tuple[list[CodeOutcome], list[tuple[dict[str, int], ...]]]:
-    """The pure reward inputs of each code (V_k, inv_k, history results, the mutation term's kills when
-    ``mutant_rows`` is given) and the ignored rejections."""
+    """The pure reward inputs of each code (V_k, inv_k, history results, the mutation terms' kills when
+    ``mutant_rows`` is given, with ``mutant_kinds``) and the ignored rejections."""
     oracle = grid.oracle if grid is not None else ()
     usable_hist = [col for col in prep.history_columns if col < len(oracle) and oracle[col].usable]
     outcomes, ignored = [], []
@@ -301,7 +321,8 @@ def _outcomes(
                 cols.append(col)
                 wrong += oracle[col].status == "wrong_prediction"
             passes = tuple(bool(valid and verdicts[col].passed) for col in cols)
-            terms = {} if mutant_rows is None else {"mutation": _mutant_kills(oracle, cols, mutant_rows)}
+            kills = None if mutant_rows is None else _mutant_kills(oracle, cols, mutant_rows, mutant_kinds)
+            terms = {} if kills is None else dict.fromkeys(MUTANT_TERMS, kills)
             suites.append(SuiteOutcome(passes, wrong, dict(invalid), s.nonprintable_ratio, terms))
             ign.append(dict(skipped))
         hist = tuple(bool(valid and verdicts[col].passed) for col in usable_hist)
@@ -382,7 +403,9 @@ def score_batch(
     """
     history = history or {}
     preps = [_prepare(it, history.get(it.problem.id, ())) for it in items]
-    if term_weights(reward)["mutation"] > 0:
+    weights = term_weights(reward)
+    mutant_terms = [name for name in MUTANT_TERMS if weights[name] > 0]
+    if mutant_terms:
         pool = mutants if mutants is not None else MutantPool(reward.mutation_mutants, reward.mutation_seed)
         _add_mutants(preps, pool, sandbox, reward)
     grids = _run_all(sandbox, preps, reward.float_rel_tol, reward.float_abs_tol)
@@ -391,13 +414,16 @@ def score_batch(
         if prep.error:
             scores.append(_zero_score(prep))
             continue
-        grid, mutant_rows = _split(prep, grids.get(i))
-        outcomes, ignored = _outcomes(prep, grid, mutant_rows)
+        grid, mutant_rows, mutant_kinds = _split(prep, grids.get(i))
+        outcomes, ignored = _outcomes(prep, grid, mutant_rows, mutant_kinds)
         result = rewards(outcomes, **reward_options(reward))
         term_stats = {}
         if prep.mutants is not None:
             ran = sum(v.status != "invalid" for row in mutant_rows or () for v in row)
-            term_stats["mutation"] = prep.mutants.stats() | {"verdicts": float(ran)}
+            stats = prep.mutants.stats() | {"verdicts": float(ran)}
+            kinds = {"kinds": float(len(set(mutant_kinds)))}
+            for name in mutant_terms:  # the mutation-kinds term also counts the problem's kinds
+                term_stats[name] = stats if name == "mutation" else stats | kinds
         scores.append(
             ProblemScore(
                 problem_id=prep.item.problem.id,

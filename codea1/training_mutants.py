@@ -24,6 +24,12 @@ outcome equals one evaluation mutant's on every one of those calls (an equal val
 exception) is a *twin*: left out, like an equivalent one. One-line functions have few AST mutants and fewer second-order ones
 (7 of the 12 ``demo:easy-train`` problems have none), which is why Cosmic-Ray's operators are in.
 
+Each mutant carries its fault *kind* (:func:`draw_labelled_mutants`; the mutation-kinds term,
+deviation D13): the AST mutator's kinds (``arithmetic``, ``comparison``, ``boolean``, ``constant``,
+``return``, ``slice``, ``call``), Cosmic-Ray's operators mapped onto them (:data:`COSMIC_KINDS`, plus
+``loop``, ``exception`` and ``decorator``), and for a second-order mutant the kinds of its two edits
+joined by ``+`` in sorted order (one kind when both edits are of the same kind).
+
 Which earn nothing: a mutant that passes every usable golden test is *equivalent* (the reference's
 own tests cannot tell it from the reference; its Golden-Tests reward would be 1); a mutant that
 does not load, or that runs out of a budget on a golden test, is *dropped* (any test would "kill"
@@ -37,7 +43,7 @@ import ast
 import random
 import time
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import accumulate
 from typing import Protocol
@@ -45,7 +51,7 @@ from typing import Protocol
 from codea1.config import EvalConfig
 from codea1.data.parsing import extract_tests
 from codea1.eval.cosmic_mutants import MutantsUnavailable, cosmic_ray_mutant, positions
-from codea1.eval.mutants import generate_mutants, mutant_at, mutation_sites
+from codea1.eval.mutants import generate_mutants, mutant_at, site_kinds
 from codea1.eval.typed_inputs import extra_calls
 from codea1.types import ExecGrid, GridJob, Problem, TestCase, Verdict
 
@@ -76,6 +82,8 @@ class LiveMutants:
     """Seconds the draw and the filter took (their first time; 0 when they came from the cache)."""
     reason: str = ""
     """Why there is no live mutant, when there is none for a reason other than the filter."""
+    kinds: tuple[str, ...] = ()
+    """The fault kind of each of ``programs`` (the module docstring says which)."""
 
     def stats(self) -> dict[str, float]:
         """The counts the step metrics sum (``verdicts`` is added by scoring)."""
@@ -92,10 +100,44 @@ MIN_BUILT = 64
 """...and at least this many, so that a small budget still finds distinct ones."""
 
 
+COSMIC_KINDS: dict[str, str] = {
+    "ReplaceBinaryOperator": "arithmetic",
+    "ReplaceComparisonOperator": "comparison",
+    "AddNot": "boolean",
+    "ReplaceTrueWithFalse": "boolean",
+    "ReplaceFalseWithTrue": "boolean",
+    "ReplaceAndWithOr": "boolean",
+    "ReplaceOrWithAnd": "boolean",
+    "NumberReplacer": "constant",
+    "ReplaceBreakWithContinue": "loop",
+    "ReplaceContinueWithBreak": "loop",
+    "ZeroIterationForLoop": "loop",
+    "ExceptionReplacer": "exception",
+    "RemoveDecorator": "decorator",
+}
+"""The fault kind of a Cosmic-Ray operator family (``core/ReplaceBinaryOperator_Add_Mul`` is of
+``ReplaceBinaryOperator``); ``ReplaceUnaryOperator`` is ``boolean`` when it makes or removes a
+``not``, else ``arithmetic`` (:func:`cosmic_kind`). A family not listed is a kind of its own."""
+
+
+def cosmic_kind(operator: str) -> str:
+    """The fault kind of a Cosmic-Ray operator name (:data:`COSMIC_KINDS`)."""
+    name = operator.split("/")[-1]
+    family = name.split("_")[0]
+    if family == "ReplaceUnaryOperator":
+        return "boolean" if name.endswith("_Not") else "arithmetic"
+    return COSMIC_KINDS.get(family, family)
+
+
 def draw_mutants(reference: str, budget: int, seed: int) -> list[str]:
+    """The sources of :func:`draw_labelled_mutants`, in draw order."""
+    return list(draw_labelled_mutants(reference, budget, seed))
+
+
+def draw_labelled_mutants(reference: str, budget: int, seed: int) -> dict[str, str]:
     """Up to ``budget`` distinct training mutants of ``reference`` (the module docstring says which;
-    ``SyntaxError`` when it does not parse), as ``ast.unparse`` writes them. Deterministic in
-    (``reference``, ``seed``).
+    ``SyntaxError`` when it does not parse), as ``ast.unparse`` writes them, each with its fault kind
+    (source → kind, in draw order). Deterministic in (``reference``, ``seed``).
 
     Every *site* of the two sources is a slot: each Cosmic-Ray (operator, occurrence) of the
     reference, and each mutation site of each first-order AST mutant (a second-order mutant).
@@ -112,22 +154,25 @@ def draw_mutants(reference: str, budget: int, seed: int) -> list[str]:
         cosmic = positions(reference)
     except MutantsUnavailable:
         cosmic = []  # the AST mutator's second-order mutants alone
-    ends = list(accumulate([len(cosmic), *(mutation_sites(m.source) for m in first)]))
+    kinds = [site_kinds(m.source) for m in first]  # each second-order site's kind
+    ends = list(accumulate([len(cosmic), *(len(k) for k in kinds)]))
     total = ends[-1]
     rng = random.Random(f"{seed}\0{reference}")
-    kept: dict[str, None] = {}
+    kept: dict[str, str] = {}
     for slot in rng.sample(range(total), min(total, max(MIN_BUILT, BUILT_PER_MUTANT * budget))):
         if slot < len(cosmic):
             mutant = cosmic_ray_mutant(reference, cosmic[slot])
             source = None if mutant is None else _normal(mutant.source)
+            kind = cosmic_kind(cosmic[slot][0])
         else:
             i = bisect_right(ends, slot) - 1  # first-order mutant i, its site slot - ends[i]
             source = mutant_at(first[i].source, slot - ends[i])
+            kind = "+".join(sorted({first[i].kind, kinds[i][slot - ends[i]]}))
         if source is not None and source not in forbidden:
-            kept.setdefault(source)
+            kept.setdefault(source, kind)
             if len(kept) == budget:
                 break
-    return list(kept)
+    return kept
 
 
 def _normal(source: str) -> str:
@@ -170,14 +215,15 @@ def _identity_as_equality(snippet: str) -> str:
 
 
 def _judged(
-    drawn: Sequence[str], problem: Problem, grid: ExecGrid, golden: int, twins: set[int], seconds: float
+    drawn: Mapping[str, str], problem: Problem, grid: ExecGrid, golden: int, twins: set[int], seconds: float
 ) -> LiveMutants:
-    """Sort the drawn mutants (the grid's first rows) on the golden tests (its first ``golden``
-    columns): dropped, equivalent, a twin (``twins``: rows that behave like an evaluation mutant) or live."""
+    """Sort the drawn mutants (source → kind; the grid's first rows) on the golden tests (its first
+    ``golden`` columns): dropped, equivalent, a twin (``twins``: rows that behave like an evaluation
+    mutant) or live."""
     usable = [t for t in range(golden) if grid.oracle[t].usable]
     if not usable:
         return LiveMutants((), len(drawn), 0, len(drawn), 0, seconds, "no golden test has a usable oracle")
-    live, equivalent, dropped, twin = [], 0, 0, 0
+    live, kinds, equivalent, dropped, twin = [], [], 0, 0, 0
     for i, source in enumerate(drawn):
         verdicts = [grid.verdicts[i][t] for t in usable]
         if not grid.code_status[i].passed or any(v.status in ("timeout", "memory") for v in verdicts):
@@ -188,7 +234,8 @@ def _judged(
             twin += 1
         else:
             live.append(_program(problem, source))
-    return LiveMutants(tuple(live), len(drawn), equivalent, dropped, twin, seconds)
+            kinds.append(drawn[source])
+    return LiveMutants(tuple(live), len(drawn), equivalent, dropped, twin, seconds, kinds=tuple(kinds))
 
 
 def _twins(drawn: int, grid: ExecGrid, as_references: Sequence[ExecGrid]) -> set[int]:
@@ -241,7 +288,7 @@ class MutantPool:
         drawn now and filtered in one sandbox call. A sandbox failure gives those problems no live
         mutant for this call (with the reason) and is not cached."""
         out: dict[int, LiveMutants] = {}
-        todo: list[tuple[int, Problem, list[str], list[GridJob], float]] = []
+        todo: list[tuple[int, Problem, dict[str, str], list[GridJob], float]] = []
         for i, p in enumerate(problems):
             key = self._key(p)
             if key in self._cache:
@@ -253,7 +300,7 @@ class MutantPool:
                 out[i] = self._cache[key] = LiveMutants((), reason="no golden tests")
                 continue
             try:
-                drawn = draw_mutants(p.reference, self.budget, self.seed)
+                drawn = draw_labelled_mutants(p.reference, self.budget, self.seed)
             except SyntaxError:
                 out[i] = self._cache[key] = LiveMutants((), reason="the reference does not parse")
                 continue
@@ -262,7 +309,7 @@ class MutantPool:
                     (), reason="no training mutant (docs/algorithm.md, D12)"
                 )
                 continue
-            todo.append((i, p, drawn, self._jobs(p, drawn, tests), time.perf_counter() - start))
+            todo.append((i, p, drawn, self._jobs(p, list(drawn), tests), time.perf_counter() - start))
         if todo:
             start = time.perf_counter()
             jobs = [job for t in todo for job in t[3]]

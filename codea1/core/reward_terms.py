@@ -15,6 +15,10 @@ Entries:
 * ``mutation`` (tester, ``reward.mutation_weight``; deviation D12): Mut_k, the share of the
   reference's live mutants that the suite's counted tests kill, each mutant counted once
   (:func:`mutation_term`).
+* ``mutation_kinds`` (tester, ``reward.mutation_kinds_weight``; deviation D13): the share of the
+  live mutants' fault kinds (:attr:`MutantKills.kinds`) of which the suite's counted tests kill at
+  least one mutant, so killing one kind many times earns less than killing several kinds
+  (:func:`mutation_kinds_term`).
 * ``golden`` (coder, the whole R_C of the Golden-Tests baseline, no weight): passed / total on the
   problem's golden tests, 0 for code that does not load (:func:`golden_term`).
 """
@@ -47,11 +51,19 @@ class MutantKills:
 
     ``kills[i]``: the live mutants (indices in ``range(live)``) that the i-th test of V_k kills,
     in V_k's order; empty for a test whose oracle is not ``valid`` (a wrong prediction kills
-    nothing). ``live``: M, the mutants that are not equivalent on the golden tests.
+    nothing). ``live``: M, the mutants that are not equivalent on the golden tests. ``kinds``: the
+    fault kind of each live mutant (``kinds[m]`` for mutant ``m``; the mutation operator's class,
+    e.g. ``arithmetic``, ``comparison``), or empty when scoring did not gather them (only the
+    ``mutation_kinds`` term reads them).
     """
 
     live: int
     kills: tuple[frozenset[int], ...]
+    kinds: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.kinds and len(self.kinds) != self.live:
+            raise ValueError(f"{len(self.kinds)} mutant kinds for {self.live} live mutants")
 
 
 @dataclass(frozen=True)
@@ -98,6 +110,24 @@ def mutation_term(kills: MutantKills, counted: int) -> TermValue:
     return TermValue(value, {k: float(v) for k, v in detail.items()})
 
 
+def mutation_kinds_term(kills: MutantKills, counted: int) -> TermValue:
+    """Kinds_k = |{kinds[m] : m killed}| / |{kinds[m] : m live}| over the first ``counted`` tests of
+    V_k (the tests Adv counts), where killed is the union of their kills; 0 when there is no live
+    mutant or no kind was gathered. A kind counts once however many of its mutants the suite kills.
+
+    Detail: ``live_kinds``, ``killed_kinds``, ``killed`` (mutants), ``same_kind_kills`` (killed
+    mutants beyond the first of each killed kind: what this term, unlike Mut_k, does not pay for).
+    """
+    if not kills.live or not kills.kinds:
+        return TermValue(0.0, {"live_kinds": 0.0, "killed_kinds": 0.0, "killed": 0.0, "same_kind_kills": 0.0})
+    killed = frozenset().union(*kills.kills[:counted]) if counted > 0 else frozenset()
+    live_kinds = set(kills.kinds)
+    killed_kinds = {kills.kinds[m] for m in killed}
+    detail = {"live_kinds": len(live_kinds), "killed_kinds": len(killed_kinds), "killed": len(killed),
+              "same_kind_kills": len(killed) - len(killed_kinds)}  # fmt: skip
+    return TermValue(len(killed_kinds) / len(live_kinds), {k: float(v) for k, v in detail.items()})
+
+
 def golden_term(passes: GoldenPasses, counted: int = 0) -> TermValue:
     """passed / total, 0 for code that does not load or without a usable golden test (``counted``
     is unused: every golden test counts)."""
@@ -109,22 +139,43 @@ def _mean(xs: Sequence[float]) -> float:
     return float(np.mean(xs)) if len(xs) else 0.0
 
 
-def _mutation_metrics(suites: Sequence[Mapping[str, float]], problems: Sequence[Mapping[str, float]]) -> dict:
-    def total(rows: Sequence[Mapping[str, float]], key: str) -> float:
-        return float(sum(r.get(key, 0.0) for r in rows))
+def _total(rows: Sequence[Mapping[str, float]], key: str) -> float:
+    return float(sum(r.get(key, 0.0) for r in rows))
 
-    live, generated = total(suites, "live"), total(problems, "generated")
+
+def _pool_metrics(problems: Sequence[Mapping[str, float]]) -> dict:
+    """The training mutants themselves (per problem: scoring's counts), whichever term paid for them."""
+    generated = _total(problems, "generated")
+    return {
+        "tester/mutants_live_mean": _mean([p.get("live", 0.0) for p in problems]),
+        "tester/mutants_equivalent_rate": _total(problems, "equivalent") / generated if generated else 0.0,
+        "tester/mutation_problems_off": float(sum(1 for p in problems if not p.get("live"))),
+        "exec/mutant_verdicts": _total(problems, "verdicts"),
+        "exec/mutant_filter_seconds": _total(problems, "filter_seconds"),
+    }
+
+
+def _mutation_metrics(suites: Sequence[Mapping[str, float]], problems: Sequence[Mapping[str, float]]) -> dict:
+    live = _total(suites, "live")
     return {
         "tester/mutation_reward_mean": _mean([s["reward"] for s in suites]),
         "tester/mutation_score_mean": _mean([s["value"] for s in suites if s.get("live")]),
-        "tester/mutants_killed_rate": total(suites, "killed") / live if live else 0.0,
+        "tester/mutants_killed_rate": _total(suites, "killed") / live if live else 0.0,
         "tester/mutation_redundant_kills_mean": _mean([s.get("redundant_kills", 0.0) for s in suites]),
-        "tester/mutants_live_mean": _mean([p.get("live", 0.0) for p in problems]),
-        "tester/mutants_equivalent_rate": total(problems, "equivalent") / generated if generated else 0.0,
-        "tester/mutation_problems_off": float(sum(1 for p in problems if not p.get("live"))),
-        "exec/mutant_verdicts": total(problems, "verdicts"),
-        "exec/mutant_filter_seconds": total(problems, "filter_seconds"),
-    }
+    } | _pool_metrics(problems)
+
+
+def _mutation_kinds_metrics(
+    suites: Sequence[Mapping[str, float]], problems: Sequence[Mapping[str, float]]
+) -> dict:
+    live_kinds = _total(suites, "live_kinds")
+    return {
+        "tester/mutation_kinds_reward_mean": _mean([s["reward"] for s in suites]),
+        "tester/mutation_kinds_score_mean": _mean([s["value"] for s in suites if s.get("live_kinds")]),
+        "tester/mutant_kinds_killed_rate": _total(suites, "killed_kinds") / live_kinds if live_kinds else 0.0,
+        "tester/mutation_same_kind_kills_mean": _mean([s.get("same_kind_kills", 0.0) for s in suites]),
+        "tester/mutant_kinds_live_mean": _mean([p.get("kinds", 0.0) for p in problems]),
+    } | _pool_metrics(problems)
 
 
 def _golden_metrics(codes: Sequence[Mapping[str, float]], problems: Sequence[Mapping[str, float]]) -> dict:
@@ -159,6 +210,14 @@ TERMS: dict[str, RewardTerm] = {
             "live mutants of the reference killed by the suite's valid tests, each counted once",
         ),
         RewardTerm(
+            "mutation_kinds",
+            "tester",
+            "mutation_kinds_weight",
+            mutation_kinds_term,
+            _mutation_kinds_metrics,
+            "fault kinds of the live mutants of which the suite's valid tests kill at least one",
+        ),
+        RewardTerm(
             "golden",
             "coder",
             None,
@@ -169,6 +228,10 @@ TERMS: dict[str, RewardTerm] = {
     )  # fmt: skip
 }
 """Every reward term by name."""
+
+MUTANT_TERMS: tuple[str, ...] = ("mutation", "mutation_kinds")
+"""The terms whose input is :class:`MutantKills`: scoring draws and runs the training mutants when
+one of them has a weight above 0."""
 
 TESTER_TERMS: tuple[RewardTerm, ...] = tuple(t for t in TERMS.values() if t.role == "tester" and t.weight)
 """The terms R_T gains with a weight (``reward.<name>_weight``), in table order."""

@@ -249,7 +249,13 @@ def _apply(source: str, target: int) -> tuple[str | None, list[tuple[MutantKind,
 def mutation_sites(source: str) -> int:
     """How many single-site mutations :func:`mutant_at` can apply to ``source`` (``SyntaxError`` if it
     does not parse): one traversal, no mutant built."""
-    return len(_apply(source, -1)[1])
+    return len(site_kinds(source))
+
+
+def site_kinds(source: str) -> tuple[MutantKind, ...]:
+    """The kind of each site of :func:`mutant_at`, in site order (``SyntaxError`` if ``source`` does
+    not parse): one traversal, no mutant built."""
+    return tuple(kind for kind, _ in _apply(source, -1)[1])
 
 
 def mutant_at(source: str, site: int) -> str | None:

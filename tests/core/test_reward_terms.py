@@ -98,7 +98,7 @@ def test_weight_zero_is_the_papers_rewards_bit_for_bit(seed: int) -> None:
 
 
 def test_the_default_reward_section_turns_no_term_on() -> None:
-    assert term_weights(RewardConfig()) == {"mutation": 0.0}
+    assert term_weights(RewardConfig()) == {"mutation": 0.0, "mutation_kinds": 0.0}
     assert active_terms(reward_options(RewardConfig())["term_weights"]) == []
     assert [t.name for t, _ in active_terms({"mutation": 0.5})] == ["mutation"]
 

@@ -28,6 +28,7 @@ DRAWN = [
     "def f(x):\n    return x * 2\n",  # C: live (passes f(1) == 2, fails f(3) == 4)
     "def g(x):\n    return x\n",  # D: does not define f: dropped
 ]
+DRAWN_KINDS = ("constant", "call", "arithmetic", "return")
 SUITE = "```python\nassert f(1) == 2\nassert f(-1) == 0\nassert f(5) == 6\n```"
 
 
@@ -38,7 +39,10 @@ def _item() -> ScoringItem:
 
 @pytest.fixture
 def fixed_draw(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("codea1.training_mutants.draw_mutants", lambda reference, budget, seed: list(DRAWN))
+    monkeypatch.setattr(
+        "codea1.training_mutants.draw_labelled_mutants",
+        lambda reference, budget, seed: dict(zip(DRAWN, DRAWN_KINDS, strict=True)),
+    )
 
 
 def test_the_term_is_exact_on_a_hand_computed_problem(fixed_draw: None) -> None:
