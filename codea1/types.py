@@ -175,6 +175,9 @@ class GridJob:
     ``codes`` are complete candidate programs (problem imports already prepended by the caller).
     ``question_names``: the names the question itself provides (``codea1.sandbox.test_names``); a
     test that uses a name only the reference defines is then ``invalid``. None: not checked.
+    ``question_helpers``: the question's own imports and helper functions as trusted source
+    (``codea1.sandbox.test_names.helper_source``); each program's tests call these, never the
+    program's definitions of the same names. "": none.
     """
 
     id: str
@@ -183,6 +186,7 @@ class GridJob:
     codes: tuple[str, ...]
     tests: tuple[TestCase, ...]
     question_names: frozenset[str] | None = None
+    question_helpers: str = ""
 
 
 @dataclass(frozen=True)

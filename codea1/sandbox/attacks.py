@@ -49,6 +49,8 @@ class Attack:
     check_cpu_s: float = 0.5
     question_names: frozenset[str] | None = None
     """The names the question provides (``GridJob.question_names``); None: not checked."""
+    question_helpers: str = ""
+    """The question's own helpers as trusted source (``GridJob.question_helpers``)."""
 
 
 def _a(name: str, code: str, verdicts: set[str], **kw: Any) -> Attack:
@@ -408,6 +410,28 @@ builtin the test calls, and a float where an int is expected (each wrong code mu
 honest object results that must pass."""
 # --- end of issue 45, items 1, 5, 6, 7 ---
 
+# --- issue 45, item 6: a helper the question provides, redefined by the candidate ---
+_IS_SORTED = "def is_sorted(xs):\n    return all(a <= b for a, b in zip(xs, xs[1:]))\n"
+_SORTED_TESTS = (
+    ("is_sorted(f([3, 1, 2]))", "True"),
+    ("[is_sorted(f(v)) for v in ([2, 1], [1, 3, 2])]", "[True, True]"),
+)
+QUESTION_HELPER_ATTACKS: tuple[Attack, ...] = tuple(
+    _a(name, code, verdicts, reference=_IS_SORTED + "def f(xs):\n    return sorted(xs)\n", tests=_SORTED_TESTS,
+       question_names=frozenset({"is_sorted", "f"}), question_helpers=_IS_SORTED)
+    for name, code, verdicts in (
+        ("question_helper_redefined", "def is_sorted(xs):\n    return True\ndef f(xs):\n    return list(xs)\n", {"fail"}),
+        ("question_helper_honest_own_copy",
+         "def is_sorted(xs):\n    return list(xs) == sorted(xs)\ndef f(xs):\n    out = list(xs)\n    out.sort()\n    return out\n",
+         {"pass"}),
+        ("question_helper_honest_not_copied", "def f(xs):\n    return sorted(xs, key=lambda v: v)\n", {"pass"}),
+    )
+)  # fmt: skip
+"""The question provides ``is_sorted`` and the tests call it on ``f``'s result: a wrong candidate that
+redefines ``is_sorted`` to say True must fail (a test calls the question's definition, from the
+trusted copy), while correct candidates pass, with their own ``is_sorted`` or none at all."""
+# --- end of issue 45, item 6 ---
+
 # --- issue 45, items 2 and 4: outcomes that are not behaviour, the mutation term and introspection ---
 _ECHO = "def f(s):\n    return s\n"
 _HELPER_REF = "def helper(x):\n    return x * 2\ndef f(x):\n    return helper(x) + 1\n"
@@ -646,6 +670,7 @@ ATTACKS: tuple[Attack, ...] = (
     + NAMESPACE_ATTACKS
     + TEST_SIDE_ATTACKS
     + SCOPE_ATTACKS
+    + QUESTION_HELPER_ATTACKS
     + BEHAVIOUR_ATTACKS
 )
 
@@ -892,6 +917,7 @@ def attack_jobs(probe: HostProbe, attacks: tuple[Attack, ...] = ATTACKS) -> list
                 (probe.fill(attack.code),),
                 tests,
                 attack.question_names,
+                attack.question_helpers,
             )  # fmt: skip
         )
         ref, entry, codes = NEIGHBOURS[i % len(NEIGHBOURS)]

@@ -15,7 +15,9 @@ refuses, unrun, a call that inspects or patches (:mod:`codea1.sandbox.test_guard
 only the reference defines (:mod:`codea1.sandbox.test_names`), and runs each call that does more
 than call the entry point on literals once more, on the reference's behaviour-preserving variant in
 a shifted heap (:mod:`codea1.sandbox.reference_variant`): a usable oracle whose call gives another
-value there is ``invalid`` (:data:`VARIANT_DIFFERS`).
+value there is ``invalid`` (:data:`VARIANT_DIFFERS`). Each task carries its job's
+``question_helpers``, whose names every test of it calls in place of the program's (a program is
+one task per distinct source, entry point and question helpers).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ VARIANT_DIFFERS = (
     "(it depends on the program's text, bytecode or memory addresses)"
 )
 """Reason of a test whose call gave another outcome on the reference's variant."""
-_Key = tuple[str, str]  # (program source, entry point)
+_Key = tuple[str, str, str]  # (program source, entry point, question helpers)
 _GuardKey = tuple[str, str, "frozenset[str] | None", str]  # (reference, entry point, question names, call)
 
 
@@ -79,7 +81,11 @@ def _plan(
         for chunk in chunks:
             for j, expr in enumerate(chunk):
                 plan.locate[(key, expr)] = (len(plan.tasks), j)
-            plan.tasks.append(ProgramTask.make(key[0], key[1], tuple(chunk), cfg, shift_heap=key in shifted))
+            plan.tasks.append(
+                ProgramTask.make(
+                    key[0], key[1], tuple(chunk), cfg, shift_heap=key in shifted, question_helpers=key[2]
+                )
+            )
     return plan
 
 
@@ -113,11 +119,11 @@ def plan_oracle(jobs: Sequence[GridJob], cfg: SandboxConfig) -> TaskPlan:
     own: dict[tuple[str, str, frozenset[str]], frozenset[str]] = {}
     variants: dict[_Key, _Key | None] = {}
     for job in jobs:
-        key = (job.reference, job.entry_point)
+        key = (job.reference, job.entry_point, job.question_helpers)
         programs.setdefault(key, [])
         if key not in variants:
             text = variant(job.reference)
-            variants[key] = (text, job.entry_point) if text is not None else None
+            variants[key] = (text, job.entry_point, job.question_helpers) if text is not None else None
         for test in job.tests:
             gk = guard_key(job, test.call)
             if gk not in refused:
@@ -190,7 +196,7 @@ def oracle_verdicts(
     verdicts: list[tuple[OracleVerdict, ...]] = []
     values: list[tuple[ExprOutcome | None, ...]] = []
     for job in jobs:
-        key = (job.reference, job.entry_point)
+        key = (job.reference, job.entry_point, job.question_helpers)
         row_v: list[OracleVerdict] = []
         row_x: list[ExprOutcome | None] = []
         vkey = plan.variants.get(key)
@@ -222,7 +228,7 @@ def plan_codes(jobs: Sequence[GridJob], oracle: OracleResult, cfg: SandboxConfig
     seen: set[tuple[_Key, str]] = set()
     for job, values in zip(jobs, oracle.values, strict=True):
         for code in job.codes:
-            key = (code, job.entry_point)
+            key = (code, job.entry_point, job.question_helpers)
             programs.setdefault(key, [])
             for test, value in zip(job.tests, values, strict=True):
                 if value is not None:
@@ -264,7 +270,7 @@ def assemble(
         statuses: list[Verdict] = []
         rows: list[tuple[Verdict, ...]] = []
         for code in job.codes:
-            key = (code, job.entry_point)
+            key = (code, job.entry_point, job.question_helpers)
             status = _code_status(outcomes[plan.first_task[key]])
             statuses.append(status)
             row: list[Verdict] = []

@@ -82,6 +82,10 @@ class ProgramTask:
     """Evaluate each expression after taking memory of every small-object size, so that the objects
     it makes get other addresses than in a plain run (the oracle's second run on the reference's
     variant: :mod:`codea1.sandbox.reference_variant`)."""
+    question_helpers: str = ""
+    """The question's own imports and helper functions (``GridJob.question_helpers``): trusted source
+    the program process executes before the program, whose names each test's namespace takes in place
+    of the program's (:mod:`codea1.sandbox.worker.test_scope`)."""
 
     def __post_init__(self) -> None:
         problems = budget_problems(
@@ -110,6 +114,7 @@ class ProgramTask:
             "test_cpu_s": self.test_cpu_s,
             "wall_factor": self.wall_factor, "memory_mb": self.memory_mb,
             "max_output_bytes": self.max_output_bytes, "shift_heap": self.shift_heap,
+            "question_helpers": self.question_helpers,
         }  # fmt: skip
 
     def deadline_s(self) -> float:

@@ -12,15 +12,23 @@ The question's own names are the top-level names its Python text defines (a Huma
 the signature, the helpers it gives, its imports; a prompt ending in a docstring is read with a
 ``pass`` body; a prose question contributes the names of its fenced Python blocks) and the names the
 problem's ``imports`` bind, which every candidate program starts with.
+
+The question's own helpers also reach the test from a trusted copy (:func:`helper_source`): the
+problem's imports and the question's imports and helper functions, as source the worker executes
+apart from the program, so that a test's ``is_sorted(f(x))`` runs the question's ``is_sorted``
+whatever the candidate defined under that name (:mod:`codea1.sandbox.worker.test_scope`).
+:func:`problem_job` builds a problem's job with both.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import warnings
+from collections.abc import Sequence
 
-from codea1.types import Problem
+from codea1.types import GridJob, Problem, TestCase
 
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py3?)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 
@@ -60,15 +68,76 @@ def bound_names(tree: ast.Module) -> set[str]:
 def question_names(problem: Problem) -> frozenset[str]:
     """The names a test of ``problem`` may use besides builtins and the entry point: what the
     question's Python defines and what the problem's imports bind (module docstring)."""
+    return _question_scope(problem.question or "", problem.imports or "", problem.entry_point)[0]
+
+
+def helper_source(problem: Problem) -> str:
+    """The question's own helpers as trusted source (``GridJob.question_helpers``): the problem's
+    imports, then the question's top-level imports and function definitions in order, leaving out
+    the entry point and stubs (a body of only a docstring, ``pass``, ``...`` or
+    ``raise NotImplementedError``: the task itself, not a helper). Classes and other top-level
+    statements are left out: they stay the program's. "" when there is none."""
+    return _question_scope(problem.question or "", problem.imports or "", problem.entry_point)[1]
+
+
+def problem_job(
+    problem: Problem,
+    codes: Sequence[str],
+    tests: Sequence[TestCase],
+    *,
+    job_id: str | None = None,
+    reference: str | None = None,
+) -> GridJob:
+    """The grid job of ``problem``: ``codes`` (complete programs) against ``tests`` under its reference
+    (or ``reference``, e.g. a mutant standing in for it), with the question's names
+    (:func:`question_names`) and helpers (:func:`helper_source`)."""
+    names, helpers = _question_scope(problem.question or "", problem.imports or "", problem.entry_point)
+    return GridJob(
+        problem.id if job_id is None else job_id,
+        problem.reference if reference is None else reference,
+        problem.entry_point,
+        tuple(codes),
+        tuple(tests),
+        names,
+        helpers,
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _question_scope(question: str, imports: str, entry_point: str) -> tuple[frozenset[str], str]:
+    """(names, helper source) of a question: parsed once per distinct question (scoring asks each step)."""
+    tree = _parse(question) or _parse(question.rstrip() + "\n    pass\n")
+    trees = [tree] if tree is not None else [_parse(block) for block in _FENCE.findall(question)]
+    imports_tree = _parse(imports)
     names: set[str] = set()
-    text = problem.question or ""
-    tree = _parse(text) or _parse(text.rstrip() + "\n    pass\n")
-    sources = [tree] if tree is not None else [_parse(block) for block in _FENCE.findall(text)]
-    sources.append(_parse(problem.imports or ""))
-    for t in sources:
+    helpers: list[str] = []
+    for t in (*trees, imports_tree):
         if t is not None:
             names |= bound_names(t)
-    return frozenset(names)
+    for t in (imports_tree, *trees):
+        for node in t.body if t is not None else ():
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                if all(a.name != "*" for a in node.names):
+                    helpers.append(ast.unparse(node))
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                if node.name != entry_point and not _stub(node):
+                    helpers.append(ast.unparse(node))
+    return frozenset(names), "\n\n".join(helpers) + "\n" if helpers else ""
+
+
+def _stub(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A definition whose body is only a docstring, ``pass``, ``...`` or ``raise NotImplementedError``."""
+    for stmt in node.body:
+        if isinstance(stmt, ast.Pass) or (
+            isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
+        ):
+            continue
+        if isinstance(stmt, ast.Raise) and stmt.exc is not None:
+            exc = stmt.exc.func if isinstance(stmt.exc, ast.Call) else stmt.exc
+            if isinstance(exc, ast.Name) and exc.id == "NotImplementedError":
+                continue
+        return False
+    return True
 
 
 def reference_only(reference: str, entry_point: str, allowed: frozenset[str]) -> frozenset[str]:

@@ -13,7 +13,7 @@ from codea1.config import SandboxConfig
 from codea1.sandbox import grid
 from codea1.sandbox.reference_variant import HEADER, NO_OP, calls_on_literals, variant
 from codea1.sandbox.test_guard import refusal
-from codea1.sandbox.test_names import foreign_name, question_names, reference_only
+from codea1.sandbox.test_names import foreign_name, helper_source, problem_job, question_names, reference_only
 from codea1.types import GridJob, Problem, TestCase
 
 pytest.importorskip("codea1.sandbox.local", reason="sandbox module not importable")
@@ -166,3 +166,56 @@ def test_what_the_static_check_misses_the_variant_run_catches(
     oracle, verdicts = _run(sandbox, GridJob("intro", ref, "f", (other,), tests))
     assert oracle == [("invalid", grid.VARIANT_DIFFERS)] * 2 + [("valid", "")]
     assert verdicts == ["invalid", "invalid", "pass"]
+
+
+def test_helper_source_is_the_questions_imports_and_helper_functions() -> None:
+    question = (
+        "from typing import List\nimport math\n\nclass Node:\n    pass\n\nLIMIT = 3\n\n"
+        "def is_sorted(xs: List[int]) -> bool:\n    return all(a <= b for a, b in zip(xs, xs[1:]))\n\n"
+        'def todo(x):\n    """Write me."""\n    raise NotImplementedError\n\n'
+        'def also_todo(x):\n    ...\n\ndef f(xs: List[int]) -> List[int]:\n    """Sort xs."""\n'
+    )
+    p = Problem(id="q", question=question, entry_point="f", reference="", imports="import heapq")
+    source = helper_source(p)
+    ns: dict = {}
+    exec(compile(source, "<question>", "exec"), ns)  # noqa: S102 - trusted test input
+    assert {k for k in ns if not k.startswith("__")} == {"heapq", "List", "math", "is_sorted"}
+    assert ns["is_sorted"]([1, 2]) and not ns["is_sorted"]([2, 1])
+    prose = Problem(id="p", question="Given:\n```python\ndef sq(x):\n    return x * x\n```\nWrite f.",
+                    entry_point="f", reference="")  # fmt: skip
+    assert helper_source(prose) == "def sq(x):\n    return x * x\n"
+    assert helper_source(Problem(id="n", question="Write f(x).", entry_point="f", reference="")) == ""
+    job = problem_job(p, ("c",), (TestCase("f([1])", "[1]"),))
+    assert (job.id, job.reference, job.codes) == ("q", "", ("c",))
+    assert job.question_names == question_names(p) and job.question_helpers == source
+    assert problem_job(p, (), (), job_id="m", reference="r").reference == "r"
+
+
+IS_SORTED = "def is_sorted(xs):\n    return all(a <= b for a, b in zip(xs, xs[1:]))\n"
+
+
+def test_a_candidate_that_redefines_a_question_helper_does_not_pass_with_it(sandbox: Sandbox) -> None:
+    """The question provides ``is_sorted``; a wrong candidate that redefines it to say True used to
+    pass ``is_sorted(f(x))``. The test now calls the question's definition: the wrong candidate
+    fails, correct ones pass with their own ``is_sorted`` or none, and the reference's outcomes
+    are the ones it had before (it defines the same helper)."""
+    question = IS_SORTED + '\ndef f(xs):\n    """Sort xs."""\n'
+    ref = IS_SORTED + "\ndef f(xs):\n    return sorted(xs)\n"
+    problem = Problem(id="sort", question=question, entry_point="f", reference=ref)
+    wrong = "def is_sorted(xs):\n    return True\n\ndef f(xs):\n    return list(xs)\n"
+    own_copy = "def is_sorted(xs):\n    return list(xs) == sorted(xs)\n\ndef f(xs):\n    return sorted(xs)\n"
+    no_copy = "def f(xs):\n    out = list(xs)\n    out.sort()\n    return out\n"
+    tests = (TestCase("is_sorted(f([3, 1, 2]))", "True"), TestCase("f([2, 1])", "[1, 2]"))
+    job = problem_job(problem, (wrong, own_copy, ref), tests)
+    (g,) = sandbox.run_grids([job])
+    assert [o.status for o in g.oracle] == ["valid", "valid"]
+    assert [[v.status for v in row] for row in g.verdicts] == [
+        ["fail", "fail"],
+        ["pass", "pass"],
+        ["pass", "pass"],
+    ]
+    (g,) = sandbox.run_grids([problem_job(problem, (no_copy,), tests)])
+    assert [v.status for v in g.verdicts[0]] == ["pass", "pass"]
+    # the same job without the trusted copy: the reference's oracle is the same
+    (old,) = sandbox.run_grids([GridJob("sort", ref, "f", (ref,), tests, job.question_names)])
+    assert old.oracle == g.oracle

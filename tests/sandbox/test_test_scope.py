@@ -81,3 +81,36 @@ def test_the_guard_costs_no_recursion_depth(sandbox: Sandbox) -> None:
     depth = [sum(o.kind == "value" for o in outs) for outs in (guarded, checked, direct)]
     assert 0 < depth[2] < len(ns)
     assert depth[0] == depth[1] == depth[2]
+
+
+QUESTION = (
+    "import math\n\ndef double(x):\n    return 2 * x\n\ndef quad(x):\n    return double(double(x))\n\n"
+    "def boxed(v):\n    return Box(v)\n\ndef via_f(x):\n    return f(x) + 1\n"
+)
+
+
+def test_a_test_calls_the_questions_helpers_not_the_programs(sandbox: Sandbox) -> None:
+    """The question's helpers and imports reach the test from the trusted copy: a program that
+    redefines them (or rebinds the module a helper uses) changes what its own code calls, never what
+    the test calls. A helper's other names resolve as the test's: the question's other helpers, the
+    program's classes, the entry point's guard."""
+    program = (
+        "math = None\nclass Box:\n    def __init__(self, v):\n        self.v = v\n"
+        "def double(x):\n    return 7\ndef f(x):\n    return double(x)\n"
+    )
+    exprs = ("double(f(1))", "quad(1)", "boxed(3).v", "math.floor(2.5)", "via_f(2)", "(lambda: double(5))()")
+    (out,) = sandbox.run_tasks([ProgramTask(program, "f", exprs, question_helpers=QUESTION)])
+    assert out.load_status == "pass", out.load_reason
+    assert [(o.kind, o.value) for o in out.exprs] == [("value", v) for v in (14, 4, 3, 2, 8, 10)]
+
+
+def test_a_question_statement_that_fails_binds_nothing_and_other_names_stay_the_programs(
+    sandbox: Sandbox,
+) -> None:
+    program = "def double(x):\n    return 7\ndef f(x):\n    return x\n"
+    helpers = "import no_such_module_anywhere\n\ndef triple(x):\n    return 3 * x\n"
+    (plain, broken) = sandbox.run_tasks(
+        [ProgramTask(program, "f", ("double(1)",)), ProgramTask(program, "f", ("double(1)", "triple(1)"), question_helpers=helpers)]
+    )  # fmt: skip
+    assert [o.value for o in plain.exprs] == [7]
+    assert broken.load_status == "pass" and [o.value for o in broken.exprs] == [7, 3]

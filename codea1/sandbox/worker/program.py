@@ -31,7 +31,7 @@ import time
 from typing import Any
 
 from codea1.sandbox.worker import isolation
-from codea1.sandbox.worker.test_scope import TestScope
+from codea1.sandbox.worker.test_scope import TestScope, question_namespace
 from codea1.sandbox.worker.value_codec import (
     END_FRAME,
     RESULT_DIGEST,
@@ -171,7 +171,7 @@ def program_main(
         _send(out, ("load", "error", f"sandbox setup failed: {type(e).__name__}: {e}"))
         os._exit(0)
     sys.stdout = sys.stderr = CappedSink()
-    load_status, load_reason, ns = _load(task)
+    load_status, load_reason, ns, question = _load(task)
     _send(out, ("load", load_status, load_reason))
     if load_status == "pass":
         for sig in (signal.SIGPROF, signal.SIGXCPU, signal.SIGALRM):  # undo handlers set by the definitions
@@ -181,31 +181,34 @@ def program_main(
         if call_fds is not None:
             _serve(task, ns[task["entry_point"]], out, (context["filters"], restore))
         else:
-            scope = TestScope(ns, task["entry_point"])
+            scope = TestScope(ns, task["entry_point"], question)
             for i, expr in enumerate(task["exprs"]):
                 _run_one(i, expr, task, scope, out, (context["filters"], restore))
     write_all(out, END_FRAME)
     os._exit(0)
 
 
-def _load(task: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
-    """Execute the program's definitions under the load budget."""
+def _load(task: dict[str, Any]) -> tuple[str, str, dict[str, Any], dict[str, Any]]:
+    """Execute the question's trusted helpers (:func:`question_namespace`), then the program's
+    definitions, under the load budget: (status, reason, program namespace, question names)."""
     ns: dict[str, Any] = {"__name__": "__program__", "__builtins__": builtins}
+    question: dict[str, Any] = {}
     me = os.getpid()
     signal.setitimer(signal.ITIMER_PROF, task["load_cpu_s"])
     try:
+        question = question_namespace(task.get("question_helpers") or "")
         exec(compile(task["source"], "<program>", "exec"), ns)
         if not callable(ns.get(task["entry_point"])):
-            return "error", f"entry point {task['entry_point']!r} not defined", ns
+            return "error", f"entry point {task['entry_point']!r} not defined", ns, question
     except MemoryError:
-        return "memory", "MemoryError", ns
+        return "memory", "MemoryError", ns, question
     except BaseException as e:  # noqa: BLE001 - SystemExit and friends are load failures too
-        return "error", type_name(e), ns
+        return "error", type_name(e), ns, question
     finally:
         signal.setitimer(signal.ITIMER_PROF, 0)
         if os.getpid() != me:  # a process forked by the definitions must not report as the program
             os._exit(0)
-    return "pass", "", ns
+    return "pass", "", ns, question
 
 
 def _run_one(

@@ -15,6 +15,11 @@ whatever that check misses:
   no method of the program's value decides a comparison the expression makes.
 * **Trusted builtins.** The copy's builtins are :data:`TRUSTED_BUILTINS`, and program names that
   shadow a builtin are left out of it: a test's ``sorted`` is the interpreter's.
+* **The question's own helpers.** The question's imports and helper functions (trusted source,
+  ``GridJob.question_helpers``) are executed before the program by :func:`question_namespace`; in
+  the copy they replace the program's names, each function bound to the copy as its globals: a
+  test's ``is_sorted(f(x))`` runs the question's ``is_sorted``, not a candidate's redefinition (the
+  candidate's own code still calls its own: that is its behaviour).
 * **State checked before each call.** An expression that names anything beyond a set of pure
   builtins and the entry point is checked before each call of the entry point, and once more
   before its value is encoded: every module's namespace (``builtins`` included; names added
@@ -34,6 +39,7 @@ module is imported (default arguments), so patching builtins or this module cann
 
 from __future__ import annotations
 
+import ast
 import builtins
 import gc
 import operator
@@ -43,7 +49,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from types import CodeType, ModuleType
+from types import CodeType, FunctionType, ModuleType
 from typing import Any
 
 from codea1.sandbox.worker.rebuilt import rebuild
@@ -61,6 +67,37 @@ TRUSTED_BUILTINS: dict[str, Any] = dict(vars(builtins))
 """The builtins a test expression sees: a copy taken when the worker starts, before any program runs.
 A program's own ``sorted`` (a module-level name, or ``builtins.sorted`` replaced while it loads) is
 never the one a test calls; the entry point itself still runs with the program's own."""
+
+
+def question_namespace(source: str) -> dict[str, Any]:
+    """The names the question's trusted ``source`` (its imports and helper functions) binds, executed
+    statement by statement with :data:`TRUSTED_BUILTINS`; a statement that raises (a module the
+    sandbox lacks) binds nothing. Run it once per program process, before the program's definitions,
+    so nothing the program does while it loads changes what these names are bound to."""
+    if not source:
+        return {}
+    ns: dict[str, Any] = {"__name__": "__question__", "__builtins__": TRUSTED_BUILTINS}
+    try:
+        body = ast.parse(source).body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return {}
+    for stmt in body:
+        try:
+            exec(compile(ast.Module([stmt], []), "<question>", "exec"), ns)  # noqa: S102 - trusted source
+        except Exception:  # noqa: BLE001, S112 - what cannot be bound stays the program's
+            continue
+    return {k: v for k, v in ns.items() if not (k.startswith("__") and k.endswith("__"))}
+
+
+def _rebound(value: Any, scope: dict[str, Any], _function: Any = FunctionType, _type: Any = type) -> Any:
+    """``value``, a question helper, as the test sees it: a plain function is rebuilt (no compile)
+    with the test's namespace as its globals, so the names it uses resolve as the test's do (other
+    helpers and imports of the question, the program's classes); anything else as it is."""
+    if _type(value) is not _function:
+        return value
+    fn = _function(value.__code__, scope, value.__name__, value.__defaults__, value.__closure__)
+    fn.__kwdefaults__ = value.__kwdefaults__
+    return fn
 
 
 class StateChanged(BaseException):
@@ -113,15 +150,17 @@ Modules = list[tuple[str, Any, dict[str, Any], tuple[str, ...], tuple[Any, ...]]
 
 
 def take_modules(
-    ns: dict[str, Any], _sys: Any = sys, _tuple: Any = tuple, _module: Any = ModuleType
-) -> Modules:
+    ns: dict[str, Any], _sys: Any = sys, _tuple: Any = tuple, _module: Any = ModuleType,
+    question: dict[str, Any] | None = None,
+) -> Modules:  # fmt: skip
     """The namespaces a test could change under the entry point: ``builtins``, ``sys``, and every
-    module the program's namespace holds (name, module, dict, keys, values). Only exact modules are
+    module the program's namespace (or the question's, ``question``) holds (name, module, dict,
+    keys, values). Only exact modules are
     read (a module's ``__dict__`` runs no code). Deeper modules are left to the host's check: a test
     reaches them only through attributes it may not name. (Reading every loaded module would cost
     about 3 ms per test: each value read dirties a copy-on-write page.)"""
     mods = {"builtins": builtins, "sys": _sys}
-    for v in _tuple(ns.values()):
+    for v in (*_tuple(ns.values()), *_tuple((question or {}).values())):
         if type(v) is _module:
             mods[v.__name__ if type(v.__name__) is str else "?"] = v
     return [
@@ -156,9 +195,11 @@ def _first_difference(d: dict[str, Any], keys: tuple[str, ...], vals: tuple[Any,
 class TestScope:
     """The test-side guard of one program: made in P after the definitions, used in each test child."""
 
-    def __init__(self, ns: dict[str, Any], entry_point: str) -> None:
+    def __init__(self, ns: dict[str, Any], entry_point: str, question: dict[str, Any] | None = None) -> None:
         self.ns = ns
         self.entry_point = entry_point
+        self.question = {k: v for k, v in (question or {}).items() if k != entry_point}
+        """The question's own names (:func:`question_namespace`), taken in place of the program's."""
         self.modules: Modules = []
         self.ns_keys: tuple[str, ...] = ()
         self.ns_vals: tuple[Any, ...] = ()
@@ -185,6 +226,8 @@ class TestScope:
         self.retake()
         scope = {k: v for k, v in self.ns.items() if k not in TRUSTED_BUILTINS or k == "__name__"}
         scope["__builtins__"] = TRUSTED_BUILTINS
+        for k, v in self.question.items():
+            scope[k] = _rebound(v, scope)
         scope[self.entry_point] = _guard(self, self.ns, self.entry_point, _GUARD_FRAMES, top=code)
         return scope
 
@@ -214,7 +257,7 @@ class TestScope:
     def retake(self) -> None:
         """Take the state again (after a call of the entry point: what it changed is the program's)."""
         if self.checked:
-            self.modules = take_modules(self.ns)
+            self.modules = take_modules(self.ns, question=self.question)
             self.ns_keys, self.ns_vals = tuple(self.ns), tuple(self.ns.values())
             self.settings = _settings()
             self.cpu = (signal.getitimer(signal.ITIMER_PROF)[0], time.process_time())
