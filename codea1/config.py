@@ -132,6 +132,10 @@ class TesterConfig:
     """Code groups per problem whose suites train the tester (largest reward spread); 0 = all."""
     view: Literal["whitebox", "blackbox"] = "whitebox"
     """Whitebox: the tester sees the candidate code (Code-A1). Blackbox: question only (Self-Play)."""
+    whitebox_share: float = 1.0
+    """White-box view only: the share of the step's (problem, code) tester prompts that show the code;
+    the others get the black-box prompt, still one per code (docs/algorithm.md, deviation D14). Which
+    ones is a seeded draw per step (the tester's sampling seed). 1.0 = every prompt (the paper)."""
     tests_per_suite: int = 8
     """Number of asserts the tester prompt asks for."""
 
@@ -585,6 +589,13 @@ def check_invariants(cfg: RunConfig) -> None:
             )
     if cfg.reward.mutation_mutants < 1 or cfg.reward.mutation_seed < 0:
         errors.append("reward.mutation_mutants must be >= 1 and reward.mutation_seed >= 0")
+    if not 0 <= cfg.tester.whitebox_share <= 1:
+        errors.append(f"tester.whitebox_share must be in [0, 1], got {cfg.tester.whitebox_share}")
+    elif cfg.tester.whitebox_share < 1 and cfg.tester.view != "whitebox":
+        errors.append(
+            f"tester.whitebox_share={cfg.tester.whitebox_share} needs tester.view=whitebox (a black-box "
+            "tester never sees the code)"
+        )
     if cfg.tester.update_n < 0 or cfg.tester.update_n > cfg.coder.sampling.n:
         errors.append(
             f"tester.update_n={cfg.tester.update_n} must be in [0, coder.sampling.n={cfg.coder.sampling.n}]"

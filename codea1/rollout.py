@@ -15,7 +15,11 @@ Decisions:
   its suites' group would have zero variance, docs/algorithm.md item 10), so generating suites for
   it would only cost time. The code itself still trains the coder with reward 0;
 - black-box view (self-play baseline): one tester prompt per problem with the question only; its
-  ``n_t`` suites are shared by all the problem's codes.
+  ``n_t`` suites are shared by all the problem's codes;
+- white-box view with ``tester.whitebox_share`` < 1 (docs/algorithm.md, deviation D14): only that
+  share of the (problem, code) prompts show the code (:func:`whitebox_pairs`, a seeded draw per
+  step); the others get the black-box prompt, still one per code, so groups, selection and scoring
+  are those of the white-box view.
 
 After scoring, :func:`coder_samples` and :func:`tester_samples` pair completions with rewards and GRPO
 groups (the tester keeps only the top-spread groups), :func:`training_batch` turns them into one
@@ -24,6 +28,8 @@ role's engine batch with advantages, and :func:`sample_records` picks the sample
 
 from __future__ import annotations
 
+import math
+import random
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -44,11 +50,13 @@ Role = Literal["coder", "tester"]
 @dataclass(frozen=True)
 class Prompt:
     """One rendered prompt: for problem ``problem_index`` of the step and, for the tester in the
-    white-box view, the code ``code_index`` it was written for (-1 otherwise)."""
+    white-box view, the code ``code_index`` it was written for (-1 otherwise). ``whitebox``: a
+    tester prompt that shows the code."""
 
     problem_index: int
     code_index: int
     text: str
+    whitebox: bool = False
 
 
 @dataclass(frozen=True)
@@ -136,6 +144,26 @@ def extract_codes(
     ]
 
 
+def whitebox_pairs(
+    prompts: Sequence[Prompt], codes: Sequence[Sequence[CodeSample]], share: float, seed: int
+) -> frozenset[tuple[int, int]]:
+    """The (problem index, code index) pairs whose tester prompt shows the code: of the N extracted
+    codes of the step, ``round(share × N)`` (halves up) drawn without replacement by
+    ``random.Random(f"whitebox|{seed}")``, so the same seed (the step's tester sampling seed) gives
+    the same pairs; all of them, with no draw, when ``share`` >= 1."""
+    eligible = [
+        (p.problem_index, c)
+        for p, samples in zip(prompts, codes, strict=True)
+        for c, s in enumerate(samples)
+        if s.extraction.ok
+    ]
+    if share >= 1:
+        return frozenset(eligible)
+    return frozenset(
+        random.Random(f"whitebox|{seed}").sample(eligible, math.floor(share * len(eligible) + 0.5))
+    )
+
+
 def tester_prompts(
     problems: Sequence[Problem],
     prompts: Sequence[Prompt],
@@ -145,27 +173,36 @@ def tester_prompts(
     view: Literal["whitebox", "blackbox"],
     tests_per_suite: int,
     max_prompt_tokens: int,
+    whitebox_share: float = 1.0,
+    seed: int = 0,
 ) -> tuple[list[Prompt], list[SkippedPrompt]]:
     """Tester prompts: per extracted code (white-box) or per problem (black-box).
 
-    ``prompts[j]`` is the coder prompt whose samples are ``codes[j]``.
+    ``prompts[j]`` is the coder prompt whose samples are ``codes[j]``. White-box with
+    ``whitebox_share`` < 1: the pairs :func:`whitebox_pairs` draws with ``seed`` show their code, the
+    other extracted codes get the black-box prompt (one per code all the same).
     """
+    shown = whitebox_pairs(prompts, codes, whitebox_share, seed) if view == "whitebox" else frozenset()
     out, skipped = [], []
     for prompt, samples in zip(prompts, codes, strict=True):
         problem = problems[prompt.problem_index]
         if view == "blackbox":
-            pending = [(-1, tester_messages(problem, None, n_tests=tests_per_suite, view="blackbox"))]
+            pending = [(-1, False, tester_messages(problem, None, n_tests=tests_per_suite, view="blackbox"))]
         else:
-            pending = [
-                (c, tester_messages(problem, s.extraction.code, n_tests=tests_per_suite, view="whitebox"))
-                for c, s in enumerate(samples)
-                if s.extraction.ok
-            ]
-        for code_index, messages in pending:
+            pending = []
+            for c, s in enumerate(samples):
+                if s.extraction.ok:
+                    white = (prompt.problem_index, c) in shown
+                    code_view = "whitebox" if white else "blackbox"
+                    messages = tester_messages(
+                        problem, s.extraction.code, n_tests=tests_per_suite, view=code_view
+                    )
+                    pending.append((c, white, messages))
+        for code_index, white, messages in pending:
             text = policy.render(messages)
             ok, why = _fits(policy, text, max_prompt_tokens)
             if ok:
-                out.append(Prompt(prompt.problem_index, code_index, text))
+                out.append(Prompt(prompt.problem_index, code_index, text, white))
             else:
                 skipped.append(SkippedPrompt("tester", problem.id, code_index, why))
     return out, skipped

@@ -22,7 +22,7 @@ from codea1.core.advantages import AdvantageStats
 from codea1.core.reward_terms import TERMS, TESTER_TERMS
 from codea1.engine.base import Completion, Policy
 from codea1.replay.mistake_book import StepReport
-from codea1.rollout import RoleBatch, Rollout
+from codea1.rollout import Prompt, RoleBatch, Rollout
 from codea1.scoring import GoldenScore, ProblemScore, Score
 from codea1.types import TestCase
 
@@ -47,6 +47,13 @@ def sampling_metrics(role: str, policy: Policy, groups: Sequence[Sequence[Comple
     if groups and "tokens_per_s" in policy.last_stats:
         out[f"rollout/{role}/tokens_per_s"] = float(policy.last_stats["tokens_per_s"])
     return out
+
+
+def tester_prompt_metrics(prompts: Sequence[Prompt]) -> dict[str, float]:
+    """``tester/whitebox_prompt_rate``: the share of the step's tester prompts that showed the code
+    (1 in Code-A1's white-box view, 0 in the black-box view, about ``tester.whitebox_share`` in
+    between); nothing when there was no tester prompt."""
+    return {"tester/whitebox_prompt_rate": _mean([float(p.whitebox) for p in prompts])} if prompts else {}
 
 
 def sync_metrics(role: str, policy: Policy) -> dict[str, float]:

@@ -50,6 +50,7 @@ from codea1.step_metrics import (
     sampling_metrics,
     step_metrics,
     sync_metrics,
+    tester_prompt_metrics,
     update_metrics,
 )
 from codea1.tracking import Tracker, read_eval_points, truncate_metrics
@@ -188,8 +189,10 @@ class Trainer:
                     problems, coder_prompts, codes, m.tester_policy, view=cfg.tester.view,
                     tests_per_suite=cfg.tester.tests_per_suite,
                     max_prompt_tokens=cfg.tester.sampling.max_prompt_tokens,
+                    whitebox_share=cfg.tester.whitebox_share, seed=tester_seed,
                 )  # fmt: skip
                 skipped += tester_skipped
+                sampling_stats |= tester_prompt_metrics(tester_prompts)
             with tracker.phase("tester_rollout"):
                 tester_groups = ro.sample(
                     m.tester_policy, tester_prompts, sampling_params(cfg.tester.sampling, tester_seed)

@@ -24,7 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "compare",
         help="compare the methods of training runs at their last evaluation point (paired over problems)",
         description="For each pair of methods among the runs (a method is train.method with its variant "
-        "settings: reward.*, mistake_book.enabled, tester.view; runs of one method that differ in train.seed "
+        "settings: reward.*, mistake_book.enabled, tester.view, tester.whitebox_share; runs of one method that "
+        "differ in train.seed "
         "are its seeds, averaged per problem before pairing), the paired difference A - B at the last "
         "evaluation point every run has, with a 95 % bootstrap interval over problems and a two-sided "
         "sign-flip p, on the training problems (those in data.train) and the held-out ones separately: "

@@ -6,9 +6,9 @@ only when they were evaluated alike (:data:`EVAL_BLOCK`: the same problems, seed
 otherwise :class:`~codea1.report.runs.ReportError` names the first field that differs.
 
 A run's *method* is its ``train.method`` with every setting that makes a variant of it
-(:data:`METHOD_KEYS`: the whole ``reward:`` section, the Mistake Book switch, the tester's view), so
-a new reward term, once it is a ``reward.*`` key, tells its runs apart from plain ``a1`` without a
-change here. Runs of one method that differ only in ``train.seed`` are its seeds: each problem's row
+(:data:`METHOD_KEYS`: the whole ``reward:`` section, the Mistake Book switch, the tester's view and
+its white-box share), so a new reward term, once it is a ``reward.*`` key, tells its runs apart from
+plain ``a1`` without a change here. Runs of one method that differ only in ``train.seed`` are its seeds: each problem's row
 is averaged over them before pairing (one row per problem and method), so the pairing is by problem
 and the noise measured is that of the problems, with the seeds' noise averaged inside each row.
 
@@ -45,7 +45,7 @@ EVAL_BLOCK = (
 """Settings every compared run must share: what was evaluated and how (the samples are paired by
 problem and seed), and the training problems that split the evaluated ones."""
 
-METHOD_KEYS = ("train.method", "reward.*", "mistake_book.enabled", "tester.view")
+METHOD_KEYS = ("train.method", "reward.*", "mistake_book.enabled", "tester.view", "tester.whitebox_share")
 """Settings that make a method (shell patterns over dotted keys); runs that share them are seeds."""
 
 INCIDENTAL = (
