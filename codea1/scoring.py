@@ -40,7 +40,7 @@ from codea1.core.rewards import CodeOutcome, CodeRewards, SuiteOutcome, rewards
 from codea1.data.parsing import extract_code, extract_tests
 from codea1.replay.mistake_book import MistakeHit, MistakeUpdate
 from codea1.sandbox.grid import refused_by_scope
-from codea1.sandbox.test_names import question_names
+from codea1.sandbox.test_names import problem_job
 from codea1.training_mutants import LiveMutants, MutantPool
 from codea1.types import CodeExtraction, ExecGrid, GridJob, Problem, TestCase, TestExtraction, Verdict
 
@@ -200,7 +200,7 @@ def _prepare(item: ScoringItem, history: Sequence[TestCase]) -> _Prepared:
     prep.history_columns = tuple(prep.add_test(t) for t in history)
     programs = tuple(_program(p, codes[c].code or "") for c in run_index)
     if programs:
-        prep.job = GridJob(p.id, p.reference, p.entry_point, programs, tuple(prep.tests), question_names(p))
+        prep.job = problem_job(p, programs, prep.tests)
     return prep
 
 
@@ -489,7 +489,7 @@ def score_golden(
             for t in ext.tests:
                 prep.add_test(t)
         if prep.job is not None:
-            prep.job = GridJob(p.id, p.reference, p.entry_point, prep.job.codes, tuple(prep.tests))
+            prep.job = problem_job(p, prep.job.codes, prep.tests)
         if not prep.error and not p.golden_tests:
             prep.error = "problem has no golden tests"
         preps.append(prep)

@@ -1,7 +1,8 @@
 """``codea1 sandbox run | selftest | doctor``: batch execution, the exploit suite, isolation report.
 
 ``run`` reads JSONL lines ``{"id", "reference", "entry_point", "codes": [...], "tests": [{"call",
-"predicted"}...]}`` and writes one line per input ``{"id", "oracle", "code_status", "grid"}``; a bad
+"predicted"}...]}`` (optionally ``"question_names": [...]`` and ``"question_helpers"``, the question's
+names and helper source of ``GridJob``) and writes one line per input ``{"id", "oracle", "code_status", "grid"}``; a bad
 line (not UTF-8, not JSON, a missing or mistyped field) yields ``{"id", "error"}`` instead. ``-``
 means stdin / stdout. Options and paths are checked before anything starts, and the output file
 appears only once every line is answered (see ``codea1.cli.outputs``). The last line on stderr
@@ -108,7 +109,21 @@ def parse_job(line: str, lineno: int) -> GridJob:
         ):
             raise ValueError("every test must be {'call': str, 'predicted': str}")
         tests.append(TestCase(t["call"], t["predicted"]))
-    return GridJob(str(job_id), obj["reference"], obj["entry_point"], tuple(obj["codes"]), tuple(tests))
+    names = obj.get("question_names")
+    if names is not None and not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+        raise ValueError("field 'question_names' must be a list of strings")
+    helpers = obj.get("question_helpers", "")
+    if not isinstance(helpers, str):
+        raise ValueError("field 'question_helpers' must be a string")
+    return GridJob(
+        str(job_id),
+        obj["reference"],
+        obj["entry_point"],
+        tuple(obj["codes"]),
+        tuple(tests),
+        None if names is None else frozenset(names),
+        helpers,
+    )
 
 
 MAX_LINE_BYTES = 64 << 20

@@ -27,6 +27,7 @@ from codea1.eval.code_eval import Checker, CodeInput, candidate_program, check_c
 from codea1.eval.coverage_run import reference_coverage
 from codea1.eval.mutants import generate_mutants
 from codea1.eval.tables import group_by_source
+from codea1.sandbox.test_names import problem_job
 from codea1.types import CheckJob, ExecGrid, GridJob, Problem, TestExtraction
 
 
@@ -89,7 +90,7 @@ def evaluate_suites(
         live = [m.source for m, eq in zip(mutants[p.id], equivalent[p.id], strict=False) if not eq]
         wrong = tuple((wrong_codes or {}).get(p.id, ()))
         codes = (p.reference, *(candidate_program(p, m) for m in live), *wrong)
-        jobs.append(GridJob(p.id, p.reference, p.entry_point, codes, tests))
+        jobs.append(problem_job(p, codes, tests))
     grids = runner.run_grids(jobs) if jobs else []
     records = []
     for p, job, grid in zip(problems, jobs, grids, strict=True):

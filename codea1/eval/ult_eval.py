@@ -22,6 +22,7 @@ it as ``unavailable``. docs/evaluation.md says where these differ from the one-s
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 from codea1.eval.code_eval import candidate_program
@@ -31,6 +32,7 @@ from codea1.eval.sandbox_coverage import TaskRunner, analyse, measure_arcs, perc
 from codea1.eval.suite_eval import GridRunner
 from codea1.eval.tables import group_by_source
 from codea1.eval.ult_sampling import function_code
+from codea1.sandbox.test_names import problem_job
 from codea1.types import ExecGrid, GridJob, Problem, TestCase, TestExtraction
 
 MUTANT_SOURCES: dict[str, Callable[[str, int], list[Mutant]]] = {
@@ -90,13 +92,15 @@ def evaluate_iterative(
             scored.append(p)
     mutants = {p.id: make(function_code(p), max_mutants) for p in scored}
     tests = {p.id: tuple(suites[p.id].tests[:k]) if p.id in suites else () for p in scored}
+    # The question's helpers, not its names check: every code here is the reference or one of its
+    # mutants, which define every name the reference does, and the tester is shown that code, so a
+    # test using its classes (ULT's own example tests build ``Square(4, 4)``) is fair.
     jobs = [
-        GridJob(
-            p.id,
-            p.reference,
-            p.entry_point,
-            (p.reference, *(candidate_program(p, m.source) for m in mutants[p.id])),
-            tests[p.id],
+        replace(
+            problem_job(
+                p, (p.reference, *(candidate_program(p, m.source) for m in mutants[p.id])), tests[p.id]
+            ),
+            question_names=None,
         )
         for p in scored
     ]

@@ -214,3 +214,18 @@ def test_a_rollouts_scoring_items_carry_the_code_it_extracted():
     (item,) = ro.scoring_items(ro.Rollout((ro.ProblemRollout(problem(), codes, suites),)))
     assert item.code_texts == (GOOD, BUGGY) and item.suite_texts == (("s1", "s2"), ())
     assert item.code_extractions == (CodeExtraction("# code 0"), CodeExtraction("# code 1"))
+
+
+def test_training_and_golden_jobs_carry_the_questions_names_and_helpers():
+    """Both scorers build the problem's job with ``problem_job``: the names a test may use and the
+    question's helpers as trusted source (the golden scorer used to pass neither)."""
+    question = 'import math\n\ndef clip(x):\n    return max(x, 0)\n\ndef absolute_sum(xs):\n    """Sum."""\n'
+    p = replace(problem(golden_tests=("assert absolute_sum([-2, 1]) == 3",)), question=question)
+    sb = FakeSandbox()
+    score_batch(
+        [ScoringItem(p, (GOOD,), ((fence("assert absolute_sum([1]) == 1"),),))], sb, reward=RewardConfig()
+    )
+    score_golden([ScoringItem(p, (GOOD,), ((),))], sb)
+    for (job,) in sb.calls:
+        assert job.question_names == {"math", "clip", "absolute_sum"}
+        assert job.question_helpers == "import math\n\ndef clip(x):\n    return max(x, 0)\n"
