@@ -53,6 +53,7 @@ from codea1.data.parsing import extract_tests
 from codea1.eval.cosmic_mutants import MutantsUnavailable, cosmic_ray_mutant, positions
 from codea1.eval.mutants import generate_mutants, mutant_at, site_kinds
 from codea1.eval.typed_inputs import extra_calls
+from codea1.sandbox.test_names import problem_job
 from codea1.types import ExecGrid, GridJob, Problem, TestCase, Verdict
 
 
@@ -339,11 +340,9 @@ class MutantPool:
         extra = extra_calls([t.call for t in golden], p.entry_point, f"{self.seed}\0{p.id}", EXTRA_PER_CALL)
         calls = golden + tuple(TestCase(call, "None") for call in extra)
         codes = tuple(_program(p, m) for m in drawn)
-        jobs = [
-            GridJob(
-                p.id, p.reference, p.entry_point, codes + tuple(_program(p, e) for e in evaluation), calls
-            )
-        ]
+        # The question's helpers as in the scoring grid whose rows these mutants become; not its names
+        # check: every code and reference here is the reference or one of its mutants.
+        jobs = [problem_job(p, codes + tuple(_program(p, e) for e in evaluation), calls)]
         for k, e in enumerate(evaluation):
-            jobs.append(GridJob(f"{p.id} (evaluation mutant {k})", e, p.entry_point, codes, calls))
-        return jobs
+            jobs.append(problem_job(p, codes, calls, job_id=f"{p.id} (evaluation mutant {k})", reference=e))
+        return [replace(j, question_names=None) for j in jobs]

@@ -11,6 +11,7 @@ from scoring_fake_grid import FakeSandbox
 
 from codea1.config import LossConfig, RewardConfig
 from codea1.scoring import ScoringItem, bind_policy_loss, score_batch, score_golden
+from codea1.training_mutants import MutantPool
 from codea1.types import CodeExtraction, Problem, TestCase
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "score" / "worked_example.jsonl"
@@ -229,3 +230,16 @@ def test_training_and_golden_jobs_carry_the_questions_names_and_helpers():
     for (job,) in sb.calls:
         assert job.question_names == {"math", "clip", "absolute_sum"}
         assert job.question_helpers == "import math\n\ndef clip(x):\n    return max(x, 0)\n"
+
+
+def test_the_training_mutant_filter_jobs_carry_the_questions_helpers():
+    """The filter's jobs judge the mutants with the helpers of the scoring grid they become rows of;
+    no names check there (every code and reference is the reference or one of its mutants)."""
+    question = 'def clip(x):\n    return max(x, 0)\n\ndef absolute_sum(xs):\n    """Sum."""\n'
+    p = replace(problem(golden_tests=("assert absolute_sum([-2, 1]) == 3",)), question=question)
+    sb = FakeSandbox()
+    MutantPool(4, 0).live([p], sb, rel_tol=1e-6, abs_tol=1e-6)
+    jobs = [job for call in sb.calls for job in call]
+    assert len(jobs) > 1
+    assert all(j.question_helpers == "def clip(x):\n    return max(x, 0)\n" for j in jobs)
+    assert all(j.question_names is None for j in jobs)
