@@ -91,7 +91,7 @@ evaluate() {  # WHAT MODEL OUT_DIR: one `codea1 eval WHAT`, skipped when its met
     fi
     local args=(--k 4 --max-mutants 30)
     [[ "$what" == code ]] && args=(--n "$code_n")
-    echo "== eval $what of $model -> $out"
+    echo "== eval $what of $model${eval_model:+ (EVAL_MODEL $eval_model in its place)} -> $out"
     codea1 eval "$what" "${sampling[@]}" "${args[@]}" --model "${eval_model:-$model}" \
         --results-dir "$out" --output "$out/metrics.json"
 }
@@ -126,11 +126,13 @@ for metric in killed valid pass; do
             a="${labels[j]}" b="${labels[i]}"  # A (after) is the later entry of METHODS
             mapfile -t after < <(files "$a" "$kind")
             mapfile -t before < <(files "$b" "$kind")
+            echo "== $metric: $a (after) vs $b (before)" | tee -a "$table"
             codea1 eval compare --metric "$metric" --before "${before[@]}" --after "${after[@]}" \
                 --output "$exp_dir/heldout-compare/$metric-$a-vs-$b.json" | tee -a "$table"
         done
         if [[ "$kind" == tests ]]; then
             mapfile -t after < <(files "${labels[i]}" tests)
+            echo "== $metric: ${labels[i]} (after) vs the base model (before)" | tee -a "$table"
             codea1 eval compare --metric "$metric" --before "$eval_dir/base/tests/metrics.json" \
                 --after "${after[@]}" --output "$exp_dir/heldout-compare/$metric-${labels[i]}-vs-base.json" |
                 tee -a "$table"
