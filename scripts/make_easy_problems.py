@@ -4,11 +4,12 @@ Usage:
   python scripts/make_easy_problems.py OUT.jsonl                  the 44 screened for demo:easy (docs/LOG.md,
                                                                   2026-12-02)
   python scripts/make_easy_problems.py --pool heldout2 OUT.jsonl  the 213 screened for demo:easy-heldout2
-                                                                  (docs/LOG.md, 2026-12-07)
+                                                                  (docs/LOG.md, 2026-12-07); --pool
+                                                                  heldout2-more: 28 more, screened apart
   python scripts/make_easy_problems.py --ship BAND.jsonl ... --split easy-heldout2 OUT.jsonl
                                                                   screen bands with the split set, in pool order,
                                                                   less variants of demo:easy and problems with
-                                                                  too few mutants (see ship_rows)
+                                                                  no mutant but return None (see ship_rows)
 
 then `codea1 data screen --data OUT.jsonl ...` (docs/data.md). Each reference is checked against its
 asserts before it is written. The heldout2 pool shares no function with the 44 and holds no variant of
@@ -3477,7 +3478,410 @@ HELDOUT2 += [
 """213 more, none of them a function of ``P`` or a variant of one of demo:easy's 21, screened for
 demo:easy-heldout2 (docs/LOG.md, 2026-12-07): integers, floats, booleans, strings, lists, dicts."""
 
-POOLS = {"easy44": P, "heldout2": HELDOUT2}
+HELDOUT2_MORE = [
+    (
+        "has_space",
+        "s: str",
+        "bool",
+        "Return True if s contains a space character.",
+        "has_space('a b')",
+        "return ' ' in s",
+        [
+            "has_space('a b') is True",
+            "has_space('ab') is False",
+            "has_space('') is False",
+            "has_space(' ') is True",
+        ],
+    ),
+    (
+        "starts_with_digit",
+        "s: str",
+        "bool",
+        "Return True if s begins with one of the characters '0' to '9'.",
+        "starts_with_digit('7up')",
+        "return s[:1].isdigit()",
+        [
+            "starts_with_digit('7up') is True",
+            "starts_with_digit('up7') is False",
+            "starts_with_digit('') is False",
+            "starts_with_digit('0') is True",
+        ],
+    ),
+    (
+        "ends_with_ing",
+        "word: str",
+        "bool",
+        "Return True if word ends with 'ing'.",
+        "ends_with_ing('running')",
+        "return word[-3:] == 'ing'",
+        [
+            "ends_with_ing('running') is True",
+            "ends_with_ing('run') is False",
+            "ends_with_ing('ing') is True",
+            "ends_with_ing('ng') is False",
+            "ends_with_ing('kingdom') is False",
+        ],
+    ),
+    (
+        "username",
+        "first: str, last: str",
+        "str",
+        "Return the first letter of first followed by last, all in lower case.",
+        "username('Ada', 'Lovelace')",
+        "return (first[0] + last).lower()",
+        [
+            "username('Ada', 'Lovelace') == 'alovelace'",
+            "username('b', 'C') == 'bc'",
+            "username('Xi', '') == 'x'",
+            "username('Tom', 'Li') == 'tli'",
+        ],
+    ),
+    (
+        "middle_three",
+        "s: str",
+        "str",
+        "Return the three characters in the middle of s, whose length is odd and at least 3.",
+        "middle_three('abcde')",
+        "return s[len(s) // 2 - 1:len(s) // 2 + 2]",
+        [
+            "middle_three('abcde') == 'bcd'",
+            "middle_three('abc') == 'abc'",
+            "middle_three('1234567') == '345'",
+            "middle_three('xyzzy') == 'yzz'",
+        ],
+    ),
+    (
+        "last_digits_sum",
+        "a: int, b: int",
+        "int",
+        "Return the sum of the last digits of the non-negative integers a and b.",
+        "last_digits_sum(17, 25)",
+        "return a % 10 + b % 10",
+        [
+            "last_digits_sum(17, 25) == 12",
+            "last_digits_sum(0, 0) == 0",
+            "last_digits_sum(10, 9) == 9",
+            "last_digits_sum(123, 41) == 4",
+        ],
+    ),
+    (
+        "round_to_nearest_ten",
+        "n: int",
+        "int",
+        "Return the non-negative integer n rounded to the nearest multiple of ten (a 5 rounds up).",
+        "round_to_nearest_ten(47)",
+        "return (n + 5) // 10 * 10",
+        [
+            "round_to_nearest_ten(47) == 50",
+            "round_to_nearest_ten(44) == 40",
+            "round_to_nearest_ten(45) == 50",
+            "round_to_nearest_ten(0) == 0",
+            "round_to_nearest_ten(100) == 100",
+        ],
+    ),
+    (
+        "seconds_to_next_minute",
+        "seconds: int",
+        "int",
+        "Return how many seconds are left until the next whole minute after the non-negative number seconds.",
+        "seconds_to_next_minute(125)",
+        "return 60 - seconds % 60",
+        [
+            "seconds_to_next_minute(125) == 55",
+            "seconds_to_next_minute(0) == 60",
+            "seconds_to_next_minute(59) == 1",
+            "seconds_to_next_minute(60) == 60",
+        ],
+    ),
+    (
+        "next_multiple_of_five",
+        "n: int",
+        "int",
+        "Return the smallest multiple of 5 greater than the non-negative integer n.",
+        "next_multiple_of_five(12)",
+        "return n + 5 - n % 5",
+        [
+            "next_multiple_of_five(12) == 15",
+            "next_multiple_of_five(15) == 20",
+            "next_multiple_of_five(0) == 5",
+            "next_multiple_of_five(4) == 5",
+        ],
+    ),
+    (
+        "count_even_digits",
+        "n: int",
+        "int",
+        "Return how many decimal digits of the non-negative integer n are even.",
+        "count_even_digits(1234)",
+        "return sum(1 for d in str(n) if int(d) % 2 == 0)",
+        [
+            "count_even_digits(1234) == 2",
+            "count_even_digits(0) == 1",
+            "count_even_digits(135) == 0",
+            "count_even_digits(2468) == 4",
+        ],
+    ),
+    (
+        "age_group",
+        "age: int",
+        "str",
+        "Return 'child' for an age under 13, 'teen' for 13 to 19, and 'adult' from 20 on.",
+        "age_group(15)",
+        "return 'child' if age < 13 else 'teen' if age < 20 else 'adult'",
+        [
+            "age_group(15) == 'teen'",
+            "age_group(12) == 'child'",
+            "age_group(13) == 'teen'",
+            "age_group(19) == 'teen'",
+            "age_group(20) == 'adult'",
+        ],
+    ),
+    (
+        "sum_two_largest",
+        "items: list",
+        "int",
+        "Return the sum of the two largest integers of items (at least two elements).",
+        "sum_two_largest([5, 1, 4, 2])",
+        "return sum(sorted(items)[-2:])",
+        [
+            "sum_two_largest([5, 1, 4, 2]) == 9",
+            "sum_two_largest([1, 2]) == 3",
+            "sum_two_largest([7, 7, 1]) == 14",
+            "sum_two_largest([-1, -5, -2]) == -3",
+        ],
+    ),
+    (
+        "mid_range",
+        "items: list",
+        "float",
+        "Return the mean of the largest and the smallest integer of the non-empty list items.",
+        "mid_range([1, 4, 9])",
+        "return (max(items) + min(items)) / 2",
+        [
+            "mid_range([1, 4, 9]) == 5.0",
+            "mid_range([3]) == 3.0",
+            "mid_range([-2, 1]) == -0.5",
+            "mid_range([0, 10, 4]) == 5.0",
+        ],
+    ),
+    (
+        "second_or_none",
+        "items: list",
+        "object",
+        "Return the second element of items, or None if it has fewer than two.",
+        "second_or_none([4, 5, 6])",
+        "return items[1] if len(items) > 1 else None",
+        [
+            "second_or_none([4, 5, 6]) == 5",
+            "second_or_none([4]) is None",
+            "second_or_none([]) is None",
+            "second_or_none(['a', 'b']) == 'b'",
+        ],
+    ),
+    (
+        "sum_of_positives",
+        "items: list",
+        "int",
+        "Return the sum of the integers of items that are greater than zero.",
+        "sum_of_positives([3, -1, 4])",
+        "return sum(x for x in items if x > 0)",
+        [
+            "sum_of_positives([3, -1, 4]) == 7",
+            "sum_of_positives([]) == 0",
+            "sum_of_positives([-2, 0]) == 0",
+            "sum_of_positives([1, 1]) == 2",
+        ],
+    ),
+    (
+        "double_evens",
+        "items: list",
+        "list",
+        "Return items with every even integer doubled and the odd ones unchanged.",
+        "double_evens([1, 2, 3, 4])",
+        "return [x * 2 if x % 2 == 0 else x for x in items]",
+        [
+            "double_evens([1, 2, 3, 4]) == [1, 4, 3, 8]",
+            "double_evens([]) == []",
+            "double_evens([5]) == [5]",
+            "double_evens([0, -2]) == [0, -4]",
+        ],
+    ),
+    (
+        "pad_with_zeros",
+        "items: list, n: int",
+        "list",
+        "Return items followed by zeros so that it has at least n elements.",
+        "pad_with_zeros([1, 2], 4)",
+        "return items + [0] * (n - len(items))",
+        [
+            "pad_with_zeros([1, 2], 4) == [1, 2, 0, 0]",
+            "pad_with_zeros([1, 2, 3], 2) == [1, 2, 3]",
+            "pad_with_zeros([], 1) == [0]",
+            "pad_with_zeros([5], 1) == [5]",
+        ],
+    ),
+    (
+        "count_of_first",
+        "items: list",
+        "int",
+        "Return how many times the first element of the non-empty list items occurs in it.",
+        "count_of_first([2, 1, 2, 2])",
+        "return items.count(items[0])",
+        [
+            "count_of_first([2, 1, 2, 2]) == 3",
+            "count_of_first([1]) == 1",
+            "count_of_first([1, 2, 3]) == 1",
+            "count_of_first([0, 0]) == 2",
+        ],
+    ),
+    (
+        "is_consecutive",
+        "items: list",
+        "bool",
+        "Return True if each integer of items is one more than the one before it.",
+        "is_consecutive([3, 4, 5])",
+        "return all(b - a == 1 for a, b in zip(items, items[1:]))",
+        [
+            "is_consecutive([3, 4, 5]) is True",
+            "is_consecutive([3, 5]) is False",
+            "is_consecutive([]) is True",
+            "is_consecutive([5, 4]) is False",
+            "is_consecutive([1, 2, 2]) is False",
+        ],
+    ),
+    (
+        "alternating_sum",
+        "items: list",
+        "int",
+        "Return items[0] - items[1] + items[2] - items[3] + ... for the integers of items.",
+        "alternating_sum([5, 1, 3])",
+        "return sum(items[::2]) - sum(items[1::2])",
+        [
+            "alternating_sum([5, 1, 3]) == 7",
+            "alternating_sum([]) == 0",
+            "alternating_sum([4]) == 4",
+            "alternating_sum([1, 2, 3, 4]) == -2",
+        ],
+    ),
+    (
+        "exactly_one_true",
+        "a: bool, b: bool, c: bool",
+        "bool",
+        "Return True if exactly one of a, b and c is True.",
+        "exactly_one_true(False, True, False)",
+        "return a + b + c == 1",
+        [
+            "exactly_one_true(False, True, False) is True",
+            "exactly_one_true(True, True, False) is False",
+            "exactly_one_true(False, False, False) is False",
+            "exactly_one_true(True, False, False) is True",
+            "exactly_one_true(True, True, True) is False",
+        ],
+    ),
+    (
+        "all_different",
+        "a: int, b: int, c: int",
+        "bool",
+        "Return True if a, b and c are three different values.",
+        "all_different(1, 2, 3)",
+        "return a != b and b != c and a != c",
+        [
+            "all_different(1, 2, 3) is True",
+            "all_different(1, 1, 2) is False",
+            "all_different(1, 2, 2) is False",
+            "all_different(2, 1, 2) is False",
+        ],
+    ),
+    (
+        "trapezoid_area",
+        "a: float, b: float, h: float",
+        "float",
+        "Return the area of a trapezoid with parallel sides a and b and height h.",
+        "trapezoid_area(3.0, 5.0, 2.0)",
+        "return (a + b) * h / 2",
+        [
+            "trapezoid_area(3.0, 5.0, 2.0) == 8.0",
+            "trapezoid_area(0.0, 0.0, 4.0) == 0.0",
+            "trapezoid_area(1.0, 2.0, 1.0) == 1.5",
+            "trapezoid_area(4.0, 2.0, 3.0) == 9.0",
+        ],
+    ),
+    (
+        "relative_error",
+        "measured: float, true: float",
+        "float",
+        "Return the absolute difference of measured and the non-zero true value, divided by the size of true.",
+        "relative_error(11.0, 10.0)",
+        "return abs(measured - true) / abs(true)",
+        [
+            "relative_error(11.0, 10.0) == 0.1",
+            "relative_error(5.0, 5.0) == 0.0",
+            "relative_error(6.0, 8.0) == 0.25",
+            "relative_error(-3.0, -2.0) == 0.5",
+        ],
+    ),
+    (
+        "normalize",
+        "x: float, lo: float, hi: float",
+        "float",
+        "Return where x lies between lo and hi (lo < hi) as a fraction: 0.0 at lo, 1.0 at hi.",
+        "normalize(5.0, 0.0, 10.0)",
+        "return (x - lo) / (hi - lo)",
+        [
+            "normalize(5.0, 0.0, 10.0) == 0.5",
+            "normalize(2.0, 2.0, 6.0) == 0.0",
+            "normalize(6.0, 2.0, 6.0) == 1.0",
+            "normalize(3.0, 2.0, 6.0) == 0.25",
+        ],
+    ),
+    (
+        "words_starting_with",
+        "s: str, ch: str",
+        "list",
+        "Return the words of s (split on spaces) that start with the character ch, in order.",
+        "words_starting_with('big blue sky', 'b')",
+        "return [w for w in s.split() if w[0] == ch]",
+        [
+            "words_starting_with('big blue sky', 'b') == ['big', 'blue']",
+            "words_starting_with('', 'a') == []",
+            "words_starting_with('x y', 'z') == []",
+            "words_starting_with('aa ba ab', 'a') == ['aa', 'ab']",
+        ],
+    ),
+    (
+        "char_share",
+        "s: str, ch: str",
+        "float",
+        "Return the fraction of the characters of the non-empty string s that equal ch.",
+        "char_share('abab', 'a')",
+        "return s.count(ch) / len(s)",
+        [
+            "char_share('abab', 'a') == 0.5",
+            "char_share('xyz', 'a') == 0.0",
+            "char_share('aaaa', 'a') == 1.0",
+            "char_share('abcd', 'd') == 0.25",
+        ],
+    ),
+    (
+        "int_sqrt",
+        "n: int",
+        "int",
+        "Return the largest integer whose square is at most the non-negative integer n.",
+        "int_sqrt(17)",
+        "return int(n ** 0.5)",
+        [
+            "int_sqrt(17) == 4",
+            "int_sqrt(16) == 4",
+            "int_sqrt(0) == 0",
+            "int_sqrt(3) == 1",
+            "int_sqrt(99) == 9",
+        ],
+    ),
+]
+"""28 more of the same kind, written when the 213 gave too few in the band after filtering, and
+screened in a run of their own with the same command (docs/LOG.md, 2026-12-07)."""
+
+POOLS = {"easy44": P, "heldout2": HELDOUT2, "heldout2-more": HELDOUT2_MORE}
 
 
 def build_rows(pool: list) -> list[dict]:
@@ -3534,16 +3938,19 @@ class _Shape(ast.NodeTransformer):
 
 
 def body_shape(reference: str) -> str:
-    """The shape of the body of the reference's function: equal for two functions that differ only in
-    names, constants and operators (``2 * x`` and ``60 * m``, ``x + 1`` and ``s + '!'``)."""
+    """The shape of the reference's function: its argument and return types and its body with names,
+    constants and operators made the same. Two functions of one shape are variants: ``2 * x`` and
+    ``3 * n``, ``a + b`` and ``a - b`` (both on ints); ``x + 1`` and ``s + '!'`` are not."""
     (fn,) = (n for n in ast.parse(reference).body if isinstance(n, ast.FunctionDef))
-    return ast.dump(_Shape().visit(ast.Module(body=fn.body, type_ignores=[])))
+    types = [ast.unparse(a.annotation) if a.annotation else "" for a in fn.args.args]
+    returns = ast.unparse(fn.returns) if fn.returns else ""
+    return f"{types} -> {returns}: " + ast.dump(_Shape().visit(ast.Module(body=fn.body, type_ignores=[])))
 
 
 def ship_rows(band_paths: list[str], split: str) -> list[dict]:
     """The rows of screen band files with ``split`` set, in pool order, less those that are variants of a
-    demo:easy function (the same body shape) or have fewer than two first-order mutants besides
-    ``return None`` (too little behaviour to tell test suites apart)."""
+    demo:easy function (the same shape) or have no first-order mutant besides ``return None`` (which
+    any valid test kills: nothing to tell test suites apart)."""
     from codea1.data.problems import load_problems
     from codea1.eval.mutants import generate_mutants
 
@@ -3557,7 +3964,7 @@ def ship_rows(band_paths: list[str], split: str) -> list[dict]:
         mutants = sum(m.kind != "return" for m in generate_mutants(r["reference"]))
         if (twin := easy.get(body_shape(r["reference"]))) is not None:
             print(f"dropped {r['id']}: the shape of demo:easy's {twin}", file=sys.stderr)
-        elif mutants < 2:
+        elif mutants < 1:
             print(f"dropped {r['id']}: {mutants} mutants besides return None", file=sys.stderr)
         else:
             kept.append({**r, "split": split})
