@@ -5,7 +5,8 @@ Usage:
                                                                   2026-12-02)
   python scripts/make_easy_problems.py --pool heldout2 OUT.jsonl  the 213 screened for demo:easy-heldout2
                                                                   (docs/LOG.md, 2026-12-07); --pool
-                                                                  heldout2-more: 28 more, screened apart
+                                                                  heldout2-more: 28 more, heldout2-last: 17
+                                                                  more, each screened apart
   python scripts/make_easy_problems.py --ship BAND.jsonl ... --split easy-heldout2 OUT.jsonl
                                                                   screen bands with the split set, in pool order,
                                                                   less variants of demo:easy and problems with
@@ -3881,7 +3882,246 @@ HELDOUT2_MORE = [
 """28 more of the same kind, written when the 213 gave too few in the band after filtering, and
 screened in a run of their own with the same command (docs/LOG.md, 2026-12-07)."""
 
-POOLS = {"easy44": P, "heldout2": HELDOUT2, "heldout2-more": HELDOUT2_MORE}
+HELDOUT2_LAST = [
+    (
+        "farewell",
+        "name: str",
+        "str",
+        "Return the message 'Goodbye, NAME.' for the given name.",
+        "farewell('Ann')",
+        "return 'Goodbye, ' + name + '.'",
+        [
+            "farewell('Ann') == 'Goodbye, Ann.'",
+            "farewell('') == 'Goodbye, .'",
+            "farewell('Bo') == 'Goodbye, Bo.'",
+            "farewell('a b') == 'Goodbye, a b.'",
+        ],
+    ),
+    (
+        "describe_age",
+        "name: str, age: int",
+        "str",
+        "Return 'NAME is AGE', e.g. 'Ann is 7'.",
+        "describe_age('Ann', 7)",
+        "return name + ' is ' + str(age)",
+        [
+            "describe_age('Ann', 7) == 'Ann is 7'",
+            "describe_age('', 0) == ' is 0'",
+            "describe_age('Bo', 42) == 'Bo is 42'",
+            "describe_age('X', -1) == 'X is -1'",
+        ],
+    ),
+    (
+        "sign_word",
+        "x: int",
+        "str",
+        "Return 'negative' if x is below zero, otherwise 'positive'.",
+        "sign_word(-3)",
+        "return 'negative' if x < 0 else 'positive'",
+        [
+            "sign_word(-3) == 'negative'",
+            "sign_word(0) == 'positive'",
+            "sign_word(5) == 'positive'",
+            "sign_word(-1) == 'negative'",
+        ],
+    ),
+    (
+        "label_number",
+        "n: int",
+        "str",
+        "Return 'big' if n is greater than 100, otherwise 'small'.",
+        "label_number(150)",
+        "return 'big' if n > 100 else 'small'",
+        [
+            "label_number(150) == 'big'",
+            "label_number(100) == 'small'",
+            "label_number(101) == 'big'",
+            "label_number(-5) == 'small'",
+        ],
+    ),
+    (
+        "make_sentence",
+        "subject: str, verb: str",
+        "str",
+        "Return subject and verb joined by a space and followed by a full stop.",
+        "make_sentence('Dogs', 'bark')",
+        "return subject + ' ' + verb + '.'",
+        [
+            "make_sentence('Dogs', 'bark') == 'Dogs bark.'",
+            "make_sentence('', '') == ' .'",
+            "make_sentence('I', 'run') == 'I run.'",
+            "make_sentence('a b', 'c') == 'a b c.'",
+        ],
+    ),
+    (
+        "first_letter_upper",
+        "s: str",
+        "str",
+        "Return the first character of the non-empty string s in upper case.",
+        "first_letter_upper('hello')",
+        "return s[0].upper()",
+        [
+            "first_letter_upper('hello') == 'H'",
+            "first_letter_upper('a') == 'A'",
+            "first_letter_upper('Zed') == 'Z'",
+            "first_letter_upper('bA') == 'B'",
+        ],
+    ),
+    (
+        "double_space",
+        "s: str",
+        "str",
+        "Return s with every space replaced by two spaces.",
+        "double_space('a b')",
+        "return s.replace(' ', '  ')",
+        [
+            "double_space('a b') == 'a  b'",
+            "double_space('') == ''",
+            "double_space('ab') == 'ab'",
+            "double_space(' x ') == '  x  '",
+        ],
+    ),
+    (
+        "add_period",
+        "s: str",
+        "str",
+        "Return s with a full stop added at the end, unless it already ends with one.",
+        "add_period('Hi')",
+        "return s if s.endswith('.') else s + '.'",
+        [
+            "add_period('Hi') == 'Hi.'",
+            "add_period('Hi.') == 'Hi.'",
+            "add_period('') == '.'",
+            "add_period('a.b') == 'a.b.'",
+        ],
+    ),
+    (
+        "count_letter_a",
+        "s: str",
+        "int",
+        "Return how many times the letter a occurs in s, in either case.",
+        "count_letter_a('Banana')",
+        "return s.lower().count('a')",
+        [
+            "count_letter_a('Banana') == 3",
+            "count_letter_a('') == 0",
+            "count_letter_a('AAa') == 3",
+            "count_letter_a('xyz') == 0",
+        ],
+    ),
+    (
+        "echo",
+        "s: str",
+        "str",
+        "Return s twice, separated by one space.",
+        "echo('hi')",
+        "return s + ' ' + s",
+        ["echo('hi') == 'hi hi'", "echo('') == ' '", "echo('a b') == 'a b a b'", "echo('x') == 'x x'"],
+    ),
+    (
+        "last_first",
+        "first: str, last: str",
+        "str",
+        "Return the name as 'LAST, FIRST'.",
+        "last_first('Ada', 'Lovelace')",
+        "return last + ', ' + first",
+        [
+            "last_first('Ada', 'Lovelace') == 'Lovelace, Ada'",
+            "last_first('', '') == ', '",
+            "last_first('A', 'B') == 'B, A'",
+            "last_first('Li', 'Wu') == 'Wu, Li'",
+        ],
+    ),
+    (
+        "time_of_day",
+        "hour: int",
+        "str",
+        "Return 'morning' for an hour (0 to 23) before 12, otherwise 'afternoon'.",
+        "time_of_day(9)",
+        "return 'morning' if hour < 12 else 'afternoon'",
+        [
+            "time_of_day(9) == 'morning'",
+            "time_of_day(12) == 'afternoon'",
+            "time_of_day(11) == 'morning'",
+            "time_of_day(23) == 'afternoon'",
+            "time_of_day(0) == 'morning'",
+        ],
+    ),
+    (
+        "sum_and_difference",
+        "a: int, b: int",
+        "tuple",
+        "Return the pair (a + b, a - b).",
+        "sum_and_difference(5, 3)",
+        "return (a + b, a - b)",
+        [
+            "sum_and_difference(5, 3) == (8, 2)",
+            "sum_and_difference(0, 0) == (0, 0)",
+            "sum_and_difference(1, 4) == (5, -3)",
+            "sum_and_difference(-2, -2) == (-4, 0)",
+        ],
+    ),
+    (
+        "bracket_join",
+        "items: list",
+        "str",
+        "Return the strings of items joined by ', ' inside square brackets.",
+        "bracket_join(['a', 'b'])",
+        "return '[' + ', '.join(items) + ']'",
+        [
+            "bracket_join(['a', 'b']) == '[a, b]'",
+            "bracket_join([]) == '[]'",
+            "bracket_join(['x']) == '[x]'",
+            "bracket_join(['1', '2', '3']) == '[1, 2, 3]'",
+        ],
+    ),
+    (
+        "percent_string",
+        "x: int",
+        "str",
+        "Return x followed by a per cent sign, e.g. '50%'.",
+        "percent_string(50)",
+        "return str(x) + '%'",
+        [
+            "percent_string(50) == '50%'",
+            "percent_string(0) == '0%'",
+            "percent_string(100) == '100%'",
+            "percent_string(-5) == '-5%'",
+        ],
+    ),
+    (
+        "starts_with_the",
+        "s: str",
+        "bool",
+        "Return True if s starts with the word 'the ' in any case.",
+        "starts_with_the('The cat')",
+        "return s.lower().startswith('the ')",
+        [
+            "starts_with_the('The cat') is True",
+            "starts_with_the('then') is False",
+            "starts_with_the('') is False",
+            "starts_with_the('THE end') is True",
+        ],
+    ),
+    (
+        "weekend_or_weekday",
+        "day: str",
+        "str",
+        "Return 'weekend' for 'Sat' or 'Sun' and 'weekday' for any other day.",
+        "weekend_or_weekday('Sun')",
+        "return 'weekend' if day in ('Sat', 'Sun') else 'weekday'",
+        [
+            "weekend_or_weekday('Sun') == 'weekend'",
+            "weekend_or_weekday('Sat') == 'weekend'",
+            "weekend_or_weekday('Mon') == 'weekday'",
+            "weekend_or_weekday('Fri') == 'weekday'",
+        ],
+    ),
+]
+"""17 more, written when the 241 gave 58 after filtering, screened in a third run with the same
+command."""
+
+POOLS = {"easy44": P, "heldout2": HELDOUT2, "heldout2-more": HELDOUT2_MORE, "heldout2-last": HELDOUT2_LAST}
 
 
 def build_rows(pool: list) -> list[dict]:
