@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib.util
+from pathlib import Path
+from types import ModuleType
 
 from codea1.config import SandboxConfig
 from codea1.data.problems import load_problems
@@ -32,40 +35,24 @@ def _source(problem: Problem) -> str:
     return "\n".join(ast.unparse(s) for s in _body(problem))
 
 
-class _AllTheSame(ast.NodeTransformer):
-    """Every name, attribute, constant and operator made the same."""
+def _load_script(name: str) -> ModuleType:
+    """A script of ``scripts/`` as a module (its ``main`` does not run)."""
+    path = Path(__file__).resolve().parents[2] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
-    def visit_Name(self, node: ast.Name) -> ast.AST:
-        return ast.Name(id="_")
 
-    def visit_Constant(self, node: ast.Constant) -> ast.AST:
-        return ast.Constant(value=0)
-
-    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
-        self.generic_visit(node)
-        return ast.Attribute(value=node.value, attr="_")
-
-    def generic_visit(self, node: ast.AST) -> ast.AST:
-        for kind, same in (
-            (ast.operator, ast.Add),
-            (ast.cmpop, ast.Eq),
-            (ast.boolop, ast.And),
-            (ast.unaryop, ast.USub),
-        ):
-            if isinstance(node, kind):
-                return same()
-        return super().generic_visit(node)
+_body_shape = _load_script("make_easy_problems").body_shape
+"""The rule the split was shipped with (``--ship`` drops a variant of a demo:easy function)."""
 
 
 def _shape(problem: Problem) -> str:
     """Equal for two functions with the same argument and return types whose bodies differ only in
     names, constants and operators: a variant (``2 * x`` and ``3 * n``, ``a + b`` and ``a - b``)."""
-    (fn,) = (n for n in ast.parse(problem.reference).body if isinstance(n, ast.FunctionDef))
-    types = [ast.unparse(a.annotation) if a.annotation else "" for a in fn.args.args]
-    returns = ast.unparse(fn.returns) if fn.returns else ""
-    return f"{types} -> {returns}: " + ast.dump(
-        _AllTheSame().visit(ast.Module(body=fn.body, type_ignores=[]))
-    )
+    return _body_shape(problem.reference)
 
 
 def test_split_size_shape_and_screened_band() -> None:
